@@ -1,0 +1,3 @@
+from ghostify.cli.app import run
+
+run()

@@ -1,0 +1,37 @@
+"""Architecture adapters, one per model family, looked up by ``config.model_type``."""
+
+from __future__ import annotations
+
+from ..errors import UnsupportedModelError
+from .albert import AlbertAdapter
+from .base import ArchitectureAdapter, LayerPaths
+from .bert import BertAdapter, ElectraAdapter, RobertaAdapter
+from .deberta_v2 import DebertaV2Adapter
+from .distilbert import DistilBertAdapter
+from .mpnet import MPNetAdapter
+
+_ADAPTERS: tuple[type[ArchitectureAdapter], ...] = (
+    BertAdapter,
+    RobertaAdapter,
+    ElectraAdapter,
+    DistilBertAdapter,
+    AlbertAdapter,
+    DebertaV2Adapter,
+    MPNetAdapter,
+)
+_BY_TYPE = {model_type: cls for cls in _ADAPTERS for model_type in cls.model_types}
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(_BY_TYPE)
+
+
+def get_adapter(config) -> ArchitectureAdapter:
+    """The adapter for ``config.model_type``; a clear error for any other architecture."""
+    model_type = getattr(config, "model_type", None)
+    if model_type not in _BY_TYPE:
+        raise UnsupportedModelError(
+            f"unsupported architecture {model_type!r}: ghostify compresses encoders of type "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)}; pick a model of one of these families"
+        )
+    return _BY_TYPE[model_type]().bind(config)
+
+
+__all__ = ["ArchitectureAdapter", "LayerPaths", "SUPPORTED_MODEL_TYPES", "get_adapter"]

@@ -1,0 +1,35 @@
+"""DistilBERT: its own names, and its heads counted as ``n_heads``."""
+
+from __future__ import annotations
+
+from .base import ArchitectureAdapter, LayerPaths
+
+
+class DistilBertAdapter(ArchitectureAdapter):
+    model_types = ("distilbert",)
+    layers_path = "transformer.layer"
+    head_count_attrs = ("n_heads",)
+    head_width_attrs = ()
+
+    def num_heads(self, config) -> int:
+        return int(config.n_heads)
+
+    def hidden_size(self, config) -> int:
+        return int(config.dim)
+
+    def head_size(self, config) -> int:
+        return int(config.dim) // int(config.n_heads)
+
+    def ffn_size(self, config) -> int:
+        return int(config.hidden_dim)
+
+    def paths(self, config) -> LayerPaths:
+        return LayerPaths(
+            query="attention.q_lin",
+            key="attention.k_lin",
+            value="attention.v_lin",
+            attention_output="attention.out_lin",
+            ffn_up="ffn.lin1",
+            ffn_down="ffn.lin2",
+            attention="attention",
+        )

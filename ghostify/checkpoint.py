@@ -1,0 +1,346 @@
+"""Checkpoint directories: HF ``config.json`` with the ghostify record, ``model.safetensors``,
+tokenizer files and any extra artefacts (importance scores, ...), written atomically.
+
+``load_model`` rebuilds the structure from the record first and then loads the weights strictly:
+a key that is missing, unexpected or of the wrong shape is an error, never a silent re-init.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .architectures import get_adapter
+from .errors import CheckpointError, GhostifyError
+from .record import RECORD_KEY, GhostifyRecord
+from .pruning.surgery import apply_structure, dense_record
+
+log = logging.getLogger(__name__)
+
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+
+#: model heads a checkpoint can be loaded with (``head=``), by their ghostify name
+HEAD_CLASSES = {
+    "base": "AutoModel",
+    "sequence-classification": "AutoModelForSequenceClassification",
+    "token-classification": "AutoModelForTokenClassification",
+    "question-answering": "AutoModelForQuestionAnswering",
+    "masked-lm": "AutoModelForMaskedLM",
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# loading
+# ----------------------------------------------------------------------------------------------
+def is_local(source: str | os.PathLike) -> bool:
+    return Path(source).exists()
+
+
+def load_config(source: str | os.PathLike, **overrides: Any):
+    """The HF config of a local directory or hub id, with a one-line error when it is unusable."""
+    from transformers import AutoConfig
+
+    source = str(source)
+    path = Path(source)
+    if path.exists():
+        if not path.is_dir():
+            raise CheckpointError(f"{source} is a file, not a checkpoint directory; pass the directory that holds config.json")
+        if not (path / CONFIG_NAME).is_file():
+            raise CheckpointError(f"no config.json in {source}: not a model checkpoint directory")
+        try:
+            json.loads((path / CONFIG_NAME).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise CheckpointError(f"corrupt config.json in {source}: {exc}; restore or re-create the checkpoint") from exc
+    elif _looks_like_path(source):
+        raise CheckpointError(f"checkpoint {source} does not exist; check the path")
+    try:
+        return AutoConfig.from_pretrained(source, **overrides)
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"cannot load the config of {source}: {first}") from exc
+
+
+def _looks_like_path(source: str) -> bool:
+    return source.startswith((".", "/", "~")) or source.count("/") > 1 or os.sep + os.sep in source
+
+
+def read_record(config) -> GhostifyRecord | None:
+    data = getattr(config, RECORD_KEY, None)
+    if data is None:
+        return None
+    return GhostifyRecord.from_dict(data, source=getattr(config, "_name_or_path", "config.json"))
+
+
+def _auto_class(config, head: str | None):
+    import transformers
+
+    if head is None:
+        architectures = getattr(config, "architectures", None) or []
+        for name in architectures:
+            cls = getattr(transformers, name, None)
+            if cls is not None:
+                return cls
+        return transformers.AutoModel
+    if head not in HEAD_CLASSES:
+        raise GhostifyError(f"unknown model head {head!r}; choose one of {', '.join(HEAD_CLASSES)}")
+    return getattr(transformers, HEAD_CLASSES[head])
+
+
+def load_model(
+    source: str | os.PathLike,
+    *,
+    head: str | None = None,
+    num_labels: int | None = None,
+    problem_type: str | None = None,
+    attn_implementation: str | None = None,
+) -> nn.Module:
+    """Load a model from a ghostify checkpoint, a plain HF directory or a hub id.
+
+    Returns the transformers class of the checkpoint (or of ``head``: ``"base"``,
+    ``"sequence-classification"``, ...). A pruned checkpoint gets its per-layer structure from
+    its record before the weights are loaded strictly.
+
+    Example:
+        >>> model = load_model("out/pruned")                       # doctest: +SKIP
+        >>> model = load_model("out/pruned", head="sequence-classification", num_labels=2)  # doctest: +SKIP
+    """
+    overrides: dict[str, Any] = {}
+    if num_labels is not None:
+        overrides["num_labels"] = num_labels
+    if problem_type is not None:
+        overrides["problem_type"] = problem_type
+    config = load_config(source, **overrides)
+    adapter = get_adapter(config)
+    record = read_record(config)
+    cls = _auto_class(config, head)
+    kwargs: dict[str, Any] = {}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+
+    if record is None:
+        # a plain transformers checkpoint: its config describes its structure completely
+        try:
+            with _quiet_transformers():
+                model = cls.from_pretrained(str(source), config=config, **kwargs)
+        except (OSError, ValueError, RuntimeError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CheckpointError(f"cannot load the weights of {source}: {first}") from exc
+        model.eval()
+        return model
+
+    weights = Path(source) / WEIGHTS_NAME
+    if not weights.is_file():
+        raise CheckpointError(f"no {WEIGHTS_NAME} in {source}: the checkpoint is incomplete; re-create it")
+    with _quiet_transformers():
+        build = getattr(cls, "from_config", None) or cls._from_config  # Auto classes / model classes
+        model = build(config, **kwargs)
+    apply_structure(model, adapter, record)
+    _load_weights_strictly(model, weights, expected_class=_auto_class(config, None))
+    model.eval()
+    return model
+
+
+def _load_weights_strictly(model: nn.Module, path: Path, expected_class) -> None:
+    """Load ``path`` into ``model``: every encoder weight must be there with its recorded shape.
+
+    Only when the model is loaded with another head than it was saved with (a bare encoder into
+    a classification model, say) may task-head weights be missing (freshly initialised, with a
+    warning) or left over (dropped)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        state = _align_prefix(load_file(str(path)), model)
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"corrupt weights file {path}: {exc}; re-create the checkpoint") from exc
+    own = model.state_dict()
+    tied = set(getattr(model, "all_tied_weights_keys", {}) or {})
+    missing = [k for k in own if k not in state and k not in tied]
+    unexpected = [k for k in state if k not in own]
+    if type(model) is not expected_class:
+        prefix = model.base_model_prefix + "."
+        is_encoder = (lambda key: True) if model.base_model is model else (lambda key: key.startswith(prefix))
+        fresh = [k for k in missing if not is_encoder(k)]
+        missing = [k for k in missing if is_encoder(k)]
+        unexpected = [k for k in unexpected if is_encoder(k) and model.base_model is not model]
+        if fresh:
+            warnings.warn(
+                f"{len(fresh)} task-head weights are not in the checkpoint and were freshly initialised "
+                f"({fresh[0]}, ...): train the head (ghostify finetune) before relying on its outputs",
+                stacklevel=3,
+            )
+    if missing or unexpected:
+        what = []
+        if missing:
+            what.append(f"missing {missing[:3]}{' ...' if len(missing) > 3 else ''}")
+        if unexpected:
+            what.append(f"unexpected {unexpected[:3]}{' ...' if len(unexpected) > 3 else ''}")
+        raise CheckpointError(f"weights in {path} do not match the recorded structure: {'; '.join(what)}")
+    for key, tensor in state.items():
+        if key in own and own[key].shape != tensor.shape:
+            raise CheckpointError(
+                f"weights in {path} do not match the recorded structure: {key} has shape "
+                f"{tuple(tensor.shape)}, the record builds {tuple(own[key].shape)}"
+            )
+    model.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
+    if tied:
+        model.tie_weights()
+
+
+def _align_prefix(state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
+    """Map between a bare encoder's keys and a task model's ``<prefix>.`` keys, either way."""
+    own = set(model.state_dict())
+    prefix = model.base_model_prefix + "."
+    aligned = {}
+    for key, value in state.items():
+        if key not in own and prefix + key in own:
+            key = prefix + key
+        elif key not in own and key.startswith(prefix) and key[len(prefix) :] in own:
+            key = key[len(prefix) :]
+        aligned[key] = value
+    return aligned
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers logs every freshly initialised weight; ghostify says it once itself."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def model_record(model: nn.Module) -> GhostifyRecord:
+    """The record of a loaded model (from its config, or describing it as it is)."""
+    record = read_record(model.config)
+    return record if record is not None else dense_record(model, get_adapter(model.config))
+
+
+# ----------------------------------------------------------------------------------------------
+# writing
+# ----------------------------------------------------------------------------------------------
+def check_output_dir(output: str | os.PathLike, *, overwrite: bool, inputs: tuple[str | os.PathLike, ...] = ()) -> Path:
+    """Refuse an output that exists (unless ``overwrite``) or that is one of the inputs."""
+    out = Path(output).expanduser()
+    for source in inputs:
+        if source is not None and Path(source).exists() and out.resolve() == Path(source).resolve():
+            raise GhostifyError(f"output {out} is the input checkpoint; inputs are never modified: choose another -o")
+    if out.exists() and not overwrite:
+        raise GhostifyError(f"output directory {out} already exists; pass --overwrite to replace it or choose another -o")
+    if out.exists() and not out.is_dir():
+        raise GhostifyError(f"output {out} exists and is a file; choose another -o")
+    return out
+
+
+@contextlib.contextmanager
+def atomic_directory(output: str | os.PathLike, *, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary sibling directory; on success it replaces ``output`` in one rename.
+
+    A crash leaves at most a hidden ``.tmp`` directory, never a half-written ``output``."""
+    out = Path(output).expanduser()
+    if out.exists() and not overwrite:
+        raise GhostifyError(f"output directory {out} already exists; pass --overwrite to replace it or choose another -o")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        yield tmp
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.replace(out, old / out.name)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def save_checkpoint(
+    model: nn.Module,
+    output: str | os.PathLike,
+    record: GhostifyRecord,
+    *,
+    tokenizer_source: str | os.PathLike | None = None,
+    extra_files: dict[str, Callable[[Path], None]] | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write ``model`` with ``record`` as a checkpoint directory, atomically.
+
+    ``extra_files`` maps a file name to a function that writes it (e.g. importance scores).
+    """
+    from safetensors.torch import save_file
+
+    with atomic_directory(output, overwrite=overwrite) as tmp:
+        config = model.config
+        setattr(config, RECORD_KEY, record.to_dict())
+        config.architectures = [type(model).__name__]
+        config.save_pretrained(tmp)
+        tied = set(getattr(model, "all_tied_weights_keys", {}) or {})
+        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in tied}
+        save_file(_unshare(state), str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+        if tokenizer_source is not None:
+            copy_tokenizer(tokenizer_source, tmp)
+        for name, writer in (extra_files or {}).items():
+            writer(tmp / name)
+    return Path(output)
+
+
+def _unshare(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """safetensors refuses tensors that share memory; give each key its own copy."""
+    seen: set[int] = set()
+    out = {}
+    for key, tensor in state.items():
+        ptr = tensor.untyped_storage().data_ptr()
+        out[key] = tensor.clone() if ptr in seen else tensor
+        seen.add(ptr)
+    return out
+
+
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "sentencepiece.bpe.model",
+    "spm.model",
+    "added_tokens.json",
+)
+
+
+def copy_tokenizer(source: str | os.PathLike, destination: Path) -> bool:
+    """Copy the tokenizer files of a local checkpoint (or save a hub tokenizer); False if none."""
+    src = Path(source)
+    if src.is_dir():
+        copied = False
+        for name in TOKENIZER_FILES:
+            if (src / name).is_file():
+                shutil.copy2(src / name, destination / name)
+                copied = True
+        return copied
+    try:
+        from transformers import AutoTokenizer
+
+        AutoTokenizer.from_pretrained(str(source)).save_pretrained(str(destination))
+        return True
+    except (OSError, ValueError) as exc:
+        log.debug("no tokenizer saved for %s: %s", source, exc)
+        return False

@@ -1,0 +1,3 @@
+"""Importing this package registers every command on the Typer app."""
+
+from . import importance, info, prune  # noqa: F401

@@ -1,0 +1,27 @@
+"""Option aliases shared by the commands: one name per setting across CLI, YAML and Python."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+Model = Annotated[str, typer.Argument(help="Checkpoint: a local directory (ghostify or transformers) or a hub id.", show_default=False)]
+Output = Annotated[Path, typer.Option("--output", "-o", help="Checkpoint directory to write (must not exist unless --overwrite).", show_default=False)]
+Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace an existing output directory.")]
+Dataset = Annotated[str, typer.Option("--dataset", help="Dataset hub id or local directory (nyu-mll/glue layout).")]
+Task = Annotated[Optional[str], typer.Option("--task", help="Task preset: sst2, mrpc, rte, stsb, cola, qnli, qqp, mnli, wnli.", show_default=False)]
+TextColumns = Annotated[Optional[str], typer.Option("--text-columns", help="Comma-separated text column(s), for datasets without a preset.", show_default=False)]
+LabelColumn = Annotated[Optional[str], typer.Option("--label-column", help="Label column, for datasets without a preset.", show_default=False)]
+MaxLength = Annotated[int, typer.Option("--max-length", min=8, help="Truncate inputs to this many tokens.")]
+BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Examples per batch.")]
+Seed = Annotated[int, typer.Option("--seed", help="Random seed (sample selection, label-free sampling).")]
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of tables.")]
+
+
+def split_columns(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    columns = tuple(c.strip() for c in text.split(",") if c.strip())
+    return columns or None

@@ -1,0 +1,44 @@
+"""Compact rich tables for the commands' results (on stderr)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from ..pruning import ImportanceScores
+from ..record import GhostifyRecord
+from .console import err, human
+
+
+def print_importance(scores: ImportanceScores) -> None:
+    meta = scores.metadata
+    table = Table(title=f"importance on {meta.get('samples')} {meta.get('split', '')} samples of {meta.get('task', '')}", title_style="bold")
+    for column in ("layer", "heads by score", "head score (max / mean)", "FFN score (max / mean)"):
+        table.add_column(column)
+    for i, (h, f) in enumerate(zip(scores.heads, scores.ffn)):
+        order = " ".join(str(j) for j in h.argsort(descending=True).tolist())
+        table.add_row(str(i), order, f"{h.max():.3g} / {h.mean():.3g}", f"{f.max():.3g} / {f.mean():.3g}")
+    err.print(table)
+
+
+def print_structure(record: GhostifyRecord) -> None:
+    heads = record.heads_per_layer
+    err.print(f"heads per layer: {heads}  FFN per layer: {record.ffn}")
+
+
+def print_info(data: dict[str, Any]) -> None:
+    table = Table(title=f"{data['model']} ({data['class']})", title_style="bold", show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    table.add_row("parameters", f"{human(data['params'])} ({data['params']:,})")
+    table.add_row("encoder parameters", f"{human(data['encoder_params'])} (layers, without embeddings)")
+    table.add_row("embedding parameters", human(data["embedding_params"]))
+    table.add_row("FLOPs", f"{human(data['flops'])} (batch 1, {data['seq_len']} tokens, no embedding lookup)")
+    table.add_row("heads per layer", str(data["heads_per_layer"]))
+    table.add_row("FFN per layer", str(data["ffn_per_layer"]))
+    table.add_row("ghost", "none" if not data["ghost"] else str(data["ghost"]))
+    for step in data["history"]:
+        args = ", ".join(f"{k}={v}" for k, v in step["arguments"].items() if k != "model")
+        table.add_row(f"history: {step['command']}", f"{step['time']}  {args}")
+    err.print(table)

@@ -1,0 +1,113 @@
+"""Loading a task's split, choosing a reproducible subset, tokenising and batching it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import DataError
+from .tasks import TaskPreset
+
+
+@dataclass
+class TaskData:
+    """A tokenisable subset of one split, with what identifies it."""
+
+    dataset: str
+    split: str
+    task: TaskPreset
+    rows: Any  # a datasets.Dataset
+    has_labels: bool
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.rows)
+
+    def fingerprint(self) -> str:
+        """sha256 over the selected texts (and labels), so scores can be traced to their data."""
+        digest = hashlib.sha256()
+        columns = [*self.task.text_columns] + ([self.task.label_column] if self.has_labels else [])
+        for row in self.rows.select_columns(columns):
+            digest.update(json.dumps([row[c] for c in columns], ensure_ascii=False).encode())
+        return digest.hexdigest()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "dataset": self.dataset,
+            "task": self.task.name,
+            "split": self.split,
+            "samples": self.num_samples,
+            "sha256": self.fingerprint(),
+        }
+
+
+def load_split(
+    dataset: str,
+    task: TaskPreset,
+    split: str,
+    *,
+    max_samples: int | None = None,
+    seed: int = 0,
+    require_labels: bool = True,
+) -> TaskData:
+    """Load ``split`` of ``dataset`` for ``task``; a seeded random subset of ``max_samples``."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    if dataset.startswith((".", "/", "~")) and not Path(dataset).expanduser().exists():
+        raise DataError(f"dataset directory {dataset} does not exist; check --dataset")
+    try:
+        path = str(Path(dataset).expanduser()) if Path(dataset).expanduser().exists() else dataset
+        if Path(path).is_dir() and (Path(path) / "dataset_dict.json").is_file():
+            rows = datasets.load_from_disk(path)[split]
+        else:
+            rows = datasets.load_dataset(path, task.dataset_config, split=split)
+    except (FileNotFoundError, ValueError, KeyError, ConnectionError, OSError) as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"cannot load split {split!r} of dataset {dataset} ({task.name}): {message}") from exc
+    missing = [c for c in task.text_columns if c not in rows.column_names]
+    if missing:
+        raise DataError(
+            f"dataset {dataset} has no column {missing[0]!r} (columns: {', '.join(rows.column_names)}); "
+            "set --text-columns"
+        )
+    has_labels = task.label_column in rows.column_names and _labels_present(rows, task.label_column)
+    if require_labels and not has_labels:
+        raise DataError(
+            f"split {split!r} of {dataset} has no labels in column {task.label_column!r}; "
+            "score without labels with --label-free, or set --label-column"
+        )
+    if max_samples is not None and max_samples < len(rows):
+        rows = rows.shuffle(seed=seed).select(range(max_samples))
+    return TaskData(dataset=dataset, split=split, task=task, rows=rows, has_labels=has_labels)
+
+
+def _labels_present(rows, column: str) -> bool:
+    head = rows.select(range(min(len(rows), 256)))[column]
+    return any(label is not None and label != -1 for label in head)
+
+
+def batches(
+    data: TaskData,
+    tokenizer,
+    *,
+    batch_size: int,
+    max_length: int = 128,
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Tokenised, dynamically padded batches in the data's order (labels as ``labels``)."""
+    columns = data.task.text_columns
+    for start in range(0, data.num_samples, batch_size):
+        chunk = data.rows[start : start + batch_size]
+        texts = [chunk[c] for c in columns]
+        encoded = tokenizer(*texts, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+        batch = dict(encoded)
+        if data.has_labels:
+            dtype = torch.float32 if data.task.is_regression else torch.long
+            batch["labels"] = torch.tensor(chunk[data.task.label_column], dtype=dtype)
+        yield batch

@@ -1,0 +1,21 @@
+"""User-facing errors: one line that says what is wrong, the value, and how to fix it."""
+
+from __future__ import annotations
+
+
+class GhostifyError(Exception):
+    """An error caused by the user's input; the CLI prints it as one line and exits non-zero."""
+
+    exit_code = 2
+
+
+class CheckpointError(GhostifyError):
+    """A checkpoint is missing, corrupt or inconsistent with its ghostify record."""
+
+
+class UnsupportedModelError(GhostifyError):
+    """The model's architecture has no ghostify adapter."""
+
+
+class DataError(GhostifyError):
+    """A dataset, task or column is missing or unusable."""

@@ -1,0 +1,113 @@
+"""Physical pruning: slice the weights of heads and FFN neurons out of the encoder layers.
+
+The same slicing rebuilds a pruned checkpoint's structure on a freshly built model before its
+weights are loaded (``apply_structure``), so pruning and loading cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from ..architectures import ArchitectureAdapter
+from ..record import GhostifyRecord
+
+
+def slice_linear(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
+    """A new Linear that keeps ``index`` of the outputs (dim 0) or of the inputs (dim 1)."""
+    weight = linear.weight.detach().index_select(dim, index.to(linear.weight.device)).clone()
+    bias = linear.bias
+    if bias is not None:
+        bias = bias.detach().index_select(0, index.to(bias.device)).clone() if dim == 0 else bias.detach().clone()
+    out_features, in_features = weight.shape
+    new = nn.Linear(in_features, out_features, bias=bias is not None, device=weight.device, dtype=weight.dtype)
+    with torch.no_grad():
+        new.weight.copy_(weight)
+        if bias is not None:
+            new.bias.copy_(bias)
+    new.weight.requires_grad_(linear.weight.requires_grad)
+    if bias is not None:
+        new.bias.requires_grad_(linear.bias.requires_grad)
+    return new
+
+
+def _head_channels(heads: Sequence[int], head_size: int) -> torch.Tensor:
+    return torch.cat([torch.arange(h * head_size, (h + 1) * head_size) for h in heads]) if heads else torch.empty(0, dtype=torch.long)
+
+
+def prune_layer(
+    adapter: ArchitectureAdapter,
+    layer: nn.Module,
+    keep_heads: Sequence[int],
+    keep_neurons: Sequence[int],
+    head_size: int,
+    original_heads: Sequence[int],
+) -> list[int]:
+    """Keep heads ``keep_heads`` and FFN neurons ``keep_neurons`` (indices into the layer as it is
+    now, in the order they should end up in). Returns the kept heads' original indices."""
+    paths = adapter.paths_for_layer(layer)
+    channels = _head_channels(keep_heads, head_size)
+    for path in (paths.query, paths.key, paths.value, *paths.extra_head_outputs):
+        adapter.set_submodule(layer, path, slice_linear(adapter.submodule(layer, path), channels, dim=0))
+    out = adapter.submodule(layer, paths.attention_output)
+    adapter.set_submodule(layer, paths.attention_output, slice_linear(out, channels, dim=1))
+    new_original = [original_heads[h] for h in keep_heads]
+    adapter.set_heads(layer, new_original, head_size)
+
+    neurons = torch.as_tensor(list(keep_neurons), dtype=torch.long)
+    adapter.set_submodule(layer, paths.ffn_up, slice_linear(adapter.submodule(layer, paths.ffn_up), neurons, dim=0))
+    adapter.set_submodule(layer, paths.ffn_down, slice_linear(adapter.submodule(layer, paths.ffn_down), neurons, dim=1))
+    return new_original
+
+
+def prune_model(
+    model: nn.Module,
+    adapter: ArchitectureAdapter,
+    record: GhostifyRecord,
+    keep_heads: Sequence[Sequence[int]],
+    keep_neurons: Sequence[Sequence[int]],
+) -> GhostifyRecord:
+    """Prune every distinct layer in place and return the updated record."""
+    head_size = adapter.head_size(model.config)
+    layers = adapter.layers(model)
+    heads, ffn = [], []
+    for layer, old_heads, h_keep, n_keep in zip(layers, record.heads, keep_heads, keep_neurons, strict=True):
+        heads.append(prune_layer(adapter, layer, h_keep, n_keep, head_size, old_heads))
+        ffn.append(len(n_keep))
+    return GhostifyRecord(heads=heads, ffn=ffn, ghost=record.ghost, history=list(record.history), format=record.format)
+
+
+def apply_structure(model: nn.Module, adapter: ArchitectureAdapter, record: GhostifyRecord) -> None:
+    """Give a freshly built model the per-layer head and FFN sizes of ``record`` (weights are
+    loaded afterwards, so which slices are kept does not matter here)."""
+    layers = adapter.layers(model)
+    if len(layers) != len(record.heads):
+        from ..errors import CheckpointError
+
+        raise CheckpointError(
+            f"the ghostify record lists {len(record.heads)} layers but the config builds {len(layers)}; "
+            "the checkpoint's config.json was edited or is corrupt"
+        )
+    head_size = adapter.head_size(model.config)
+    dense = list(range(adapter.num_heads(model.config)))
+    d_ff = adapter.ffn_size(model.config)
+    for layer, heads, ffn in zip(layers, record.heads, record.ffn):
+        if list(heads) == dense and ffn == d_ff:
+            continue
+        prune_layer(adapter, layer, range(len(heads)), range(ffn), head_size, dense)
+        adapter.set_heads(layer, list(heads), head_size)
+
+
+def dense_record(model: nn.Module, adapter: ArchitectureAdapter) -> GhostifyRecord:
+    """The record describing a model as it is now (for models that come without one)."""
+    head_size = adapter.head_size(model.config)
+    layers = adapter.layers(model)
+    paths = adapter.paths_for_layer(layers[0]) if layers else None
+    heads, ffn = [], []
+    for layer in layers:
+        n_heads = adapter.submodule(layer, paths.query).out_features // head_size
+        heads.append(list(range(n_heads)))
+        ffn.append(adapter.submodule(layer, paths.ffn_up).out_features)
+    return GhostifyRecord(heads=heads, ffn=ffn)

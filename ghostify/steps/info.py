@@ -1,0 +1,34 @@
+"""``ghostify info``: size, FLOPs and structure of a checkpoint."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..checkpoint import load_model, model_record
+from ..flops import measure
+
+
+def info(model: str | os.PathLike, *, seq_len: int = 128) -> dict[str, Any]:
+    """Parameters, FLOPs (batch 1, ``seq_len`` tokens, embedding lookup excluded), heads and FFN
+    size per layer, ghost settings and history, as one JSON-ready dict.
+
+    Example:
+        >>> info("out/pruned")["flops"]  # doctest: +SKIP
+    """
+    net = load_model(model)
+    record = model_record(net)
+    size = measure(net, seq_len=seq_len)
+    return {
+        "model": str(model),
+        "model_type": net.config.model_type,
+        "class": type(net).__name__,
+        **size.as_dict(),
+        "seq_len": seq_len,
+        "layers": len(record.heads),
+        "heads_per_layer": record.heads_per_layer,
+        "ffn_per_layer": list(record.ffn),
+        "kept_heads": record.heads,
+        "ghost": record.ghost,
+        "history": record.history,
+    }
