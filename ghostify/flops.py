@@ -61,6 +61,11 @@ def _eager_attention(model: nn.Module):
 
 
 def count_flops(model: nn.Module, seq_len: int = 128, batch_size: int = 1) -> int:
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is not None and seq_len > limit - 2:  # RoBERTa-style models offset positions by 2
+        from .errors import GhostifyError
+
+        raise GhostifyError(f"--seq-len {seq_len} exceeds the model's {limit} positions; choose a shorter one")
     device = next(model.parameters()).device
     vocab = int(getattr(model.config, "vocab_size", 1000))
     input_ids = torch.arange(seq_len, device=device).remainder(max(vocab - 1, 1)).add(1).expand(batch_size, -1)
@@ -69,7 +74,8 @@ def count_flops(model: nn.Module, seq_len: int = 128, batch_size: int = 1) -> in
     model.eval()
     counter = FlopCounterMode(display=False)
     try:
-        with _eager_attention(model), torch.no_grad(), counter:
+        # grad mode on: the counter's module tracker fails on no-grad leaf tensors (DeBERTa)
+        with _eager_attention(model), counter:
             model(input_ids=input_ids, attention_mask=mask)
     finally:
         model.train(was_training)

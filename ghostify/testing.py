@@ -1,0 +1,92 @@
+"""Tiny random models of every supported family, for tests and examples (no downloads).
+
+Example:
+    >>> from ghostify.testing import tiny_model
+    >>> model = tiny_model("bert", head="sequence-classification")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .checkpoint import HEAD_CLASSES
+
+VOCAB = 99
+HIDDEN = 32
+HEADS = 4
+LAYERS = 2
+FFN = 37  # odd on purpose: widths must round, not divide
+
+FAMILIES: dict[str, dict[str, Any]] = {
+    "bert": {},
+    "roberta": {"pad_token_id": 1},
+    "xlm-roberta": {"pad_token_id": 1},
+    "camembert": {"pad_token_id": 1},
+    "electra": {"embedding_size": 16},
+    "distilbert": {},
+    "albert": {"embedding_size": 16, "num_hidden_layers": 3},
+    "deberta-v2": {
+        "relative_attention": True,
+        "pos_att_type": ["p2c", "c2p"],
+        "position_buckets": 8,
+        "max_relative_positions": 16,
+    },
+    "mpnet": {},
+}
+
+
+def tiny_config(model_type: str, **overrides: Any):
+    """A small config of ``model_type``: 2 layers (ALBERT: 1 shared layer applied 3 times)."""
+    from transformers import AutoConfig
+
+    if model_type == "distilbert":
+        kwargs: dict[str, Any] = dict(vocab_size=VOCAB, dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS, hidden_dim=FFN)
+    else:
+        kwargs = dict(
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS,
+            intermediate_size=FFN,
+        )
+    kwargs.update(max_position_embeddings=160)
+    kwargs.update(FAMILIES.get(model_type, {}))
+    kwargs.update(overrides)
+    return AutoConfig.for_model(model_type, **kwargs)
+
+
+def tiny_model(
+    model_type: str,
+    head: str = "base",
+    *,
+    num_labels: int = 2,
+    attn_implementation: str | None = None,
+    seed: int = 0,
+    **overrides: Any,
+):
+    """A randomly initialised tiny model in eval mode (deterministic for a given seed)."""
+    import transformers
+
+    config = tiny_config(model_type, num_labels=num_labels, **overrides)
+    if num_labels == 1:
+        config.problem_type = "regression"
+    torch.manual_seed(seed)
+    auto = getattr(transformers, HEAD_CLASSES[head])
+    kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    model = auto.from_config(config, **kwargs)
+    return model.eval()
+
+
+def tiny_batch(batch_size: int = 3, seq_len: int = 9, *, seed: int = 0, padded: bool = True) -> dict[str, torch.Tensor]:
+    """Random token ids with right padding of varying length (when ``padded``)."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, VOCAB, (batch_size, seq_len), generator=generator)
+    mask = torch.ones_like(input_ids)
+    if padded:
+        for i in range(batch_size):
+            length = seq_len - (i * 2) % (seq_len - 2)
+            mask[i, length:] = 0
+            input_ids[i, length:] = 0
+    return {"input_ids": input_ids, "attention_mask": mask}
