@@ -46,9 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     from . import commands  # noqa: F401  (registers the commands)
 
     debug = bool(os.environ.get(DEBUG_VARIABLE))
-    if not debug:
-        warnings.showwarning = _one_line_warning
     _quiet_libraries()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", UserWarning)  # each run says its warnings, once per call
+        if not debug:
+            warnings.showwarning = _one_line_warning
+        return _run(argv, debug)
+
+
+def _run(argv: list[str] | None, debug: bool) -> int:
     try:
         result = app(args=argv, prog_name="ghostify", standalone_mode=False)
         return int(result or 0) if isinstance(result, int) else 0

@@ -74,12 +74,13 @@ class ImportanceScores:
 
 def per_example_loss(logits: torch.Tensor, labels: torch.Tensor | None, *, regression: bool, generator=None) -> torch.Tensor:
     """The loss of each example; with ``labels=None`` the label-free objective (see module doc)."""
+    if logits.dtype not in (torch.float32, torch.float64):
+        logits = logits.float()  # half-precision losses lose the small gate derivatives
     if regression:
-        prediction = logits.squeeze(-1).float()
+        prediction = logits.squeeze(-1)
         if labels is None:
             return prediction
-        return (prediction - labels.float()) ** 2
-    logits = logits.float()
+        return (prediction - labels.to(prediction.dtype)) ** 2
     if labels is None:
         probs = logits.detach().softmax(-1)
         labels = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(logits.device)

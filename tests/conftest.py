@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from ghostify.testing import FAMILIES
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("GHOSTIFY_SHARED", REPO.parent / "shared"))
+MINILM = SHARED / "models" / "all-MiniLM-L6-v2"
+GLUE = SHARED / "data" / "glue"
+
+ALL_FAMILIES = list(FAMILIES)
+HEADS = ["base", "sequence-classification", "token-classification", "question-answering", "masked-lm"]
+#: families whose attention goes through transformers' attention interface (eager and SDPA)
+SDPA_FAMILIES = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "albert"]
+
+
+@pytest.fixture(autouse=True)
+def _deterministic():
+    torch.manual_seed(0)
+    yield
+
+
+@pytest.fixture(scope="session")
+def minilm() -> Path:
+    if not MINILM.is_dir():
+        pytest.skip(f"real model not found at {MINILM}")
+    return MINILM
+
+
+@pytest.fixture(scope="session")
+def glue() -> Path:
+    if not GLUE.is_dir():
+        pytest.skip(f"GLUE data not found at {GLUE}")
+    return GLUE
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
+    from ghostify.cli.app import main
+
+    code = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
