@@ -24,6 +24,7 @@ from torch import nn
 from .architectures import get_adapter
 from .errors import CheckpointError, GhostifyError
 from .record import RECORD_KEY, GhostifyRecord
+from .ghost import restore_ghosts
 from .pruning.surgery import apply_structure, dense_record
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,7 @@ def load_model(
         build = getattr(cls, "from_config", None) or cls._from_config  # Auto classes / model classes
         model = build(config, **kwargs)
     apply_structure(model, adapter, record)
+    restore_ghosts(model, adapter, record)  # ghost modules of record.ghost, before the strict load
     _load_weights_strictly(model, weights, expected_class=_auto_class(config, None))
     model.eval()
     return model
@@ -285,21 +287,33 @@ def save_checkpoint(
 
     ``extra_files`` maps a file name to a function that writes it (e.g. importance scores).
     """
+    with atomic_directory(output, overwrite=overwrite) as tmp:
+        write_checkpoint(model, tmp, record, tokenizer_source=tokenizer_source, extra_files=extra_files)
+    return Path(output)
+
+
+def write_checkpoint(
+    model: nn.Module,
+    directory: Path,
+    record: GhostifyRecord,
+    *,
+    tokenizer_source: str | os.PathLike | None = None,
+    extra_files: dict[str, Callable[[Path], None]] | None = None,
+) -> None:
+    """The files of a checkpoint, into an existing directory (callers provide the atomicity)."""
     from safetensors.torch import save_file
 
-    with atomic_directory(output, overwrite=overwrite) as tmp:
-        config = model.config
-        setattr(config, RECORD_KEY, record.to_dict())
-        config.architectures = [type(model).__name__]
-        config.save_pretrained(tmp)
-        tied = set(getattr(model, "all_tied_weights_keys", {}) or {})
-        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in tied}
-        save_file(_unshare(state), str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
-        if tokenizer_source is not None:
-            copy_tokenizer(tokenizer_source, tmp)
-        for name, writer in (extra_files or {}).items():
-            writer(tmp / name)
-    return Path(output)
+    config = model.config
+    setattr(config, RECORD_KEY, record.to_dict())
+    config.architectures = [type(model).__name__]
+    config.save_pretrained(directory)
+    tied = set(getattr(model, "all_tied_weights_keys", {}) or {})
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in tied}
+    save_file(_unshare(state), str(directory / WEIGHTS_NAME), metadata={"format": "pt"})
+    if tokenizer_source is not None:
+        copy_tokenizer(tokenizer_source, directory)
+    for name, writer in (extra_files or {}).items():
+        writer(directory / name)
 
 
 def _unshare(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

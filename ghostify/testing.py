@@ -90,3 +90,30 @@ def tiny_batch(batch_size: int = 3, seq_len: int = 9, *, seed: int = 0, padded: 
             mask[i, length:] = 0
             input_ids[i, length:] = 0
     return {"input_ids": input_ids, "attention_mask": mask}
+
+
+TOY_WORDS = ("the film was a story about people and places with music light time day night city sea road "
+             "house friend work life world heart mind voice face hand eye plan game book song").split()
+
+
+def write_toy_dataset(directory, *, train: int = 256, validation: int = 64, seed: int = 0, regression: bool = False):
+    """A learnable text-classification (or regression) dataset as CSV files: the label says whether
+    (or how often) the word "great" occurs. For fast end-to-end tests of the training commands."""
+    import csv
+    import random
+    from pathlib import Path
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    for split, n in (("train", train), ("validation", validation)):
+        with (directory / f"{split}.csv").open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["sentence", "label"])
+            for _ in range(n):
+                words = [rng.choice(TOY_WORDS) for _ in range(rng.randint(4, 12))]
+                hits = rng.choice([0, 0, 1, 2]) if regression else rng.randint(0, 1)
+                for _ in range(hits):
+                    words.insert(rng.randrange(len(words) + 1), "great")
+                writer.writerow([" ".join(words), float(hits) + 0.5 if regression else hits])
+    return directory

@@ -27,6 +27,9 @@ class LayerPaths:
     attention: str  # the module that owns the head-count attributes
     # further projections whose *outputs* are laid out per head (DeBERTa's relative-position ones)
     extra_head_outputs: tuple[str, ...] = ()
+    # the module whose output is the hidden state after the attention block (after its residual
+    # and LayerNorm); a tuple output's first element is used
+    attention_block: str = "attention"
 
 
 class ArchitectureAdapter(ABC):
@@ -40,6 +43,8 @@ class ArchitectureAdapter(ABC):
     #: attribute names on the attention module that hold the head count / total head width
     head_count_attrs: tuple[str, ...] = ("num_attention_heads",)
     head_width_attrs: tuple[str, ...] = ("all_head_size",)
+    #: whether attention runs through transformers' AttentionInterface (eager/SDPA/registered)
+    uses_attention_interface: bool = True
 
     # ----- configuration -------------------------------------------------------------------
     def num_heads(self, config) -> int:

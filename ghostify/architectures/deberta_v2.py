@@ -8,6 +8,7 @@ from .base import ArchitectureAdapter, LayerPaths
 
 class DebertaV2Adapter(ArchitectureAdapter):
     model_types = ("deberta-v2",)
+    uses_attention_interface = False  # its attention is computed in its own code
 
     def head_size(self, config) -> int:
         return int(getattr(config, "attention_head_size", None) or config.hidden_size // config.num_attention_heads)

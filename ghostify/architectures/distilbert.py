@@ -32,4 +32,5 @@ class DistilBertAdapter(ArchitectureAdapter):
             ffn_up="ffn.lin1",
             ffn_down="ffn.lin2",
             attention="attention",
+            attention_block="sa_layer_norm",
         )

@@ -25,3 +25,18 @@ def split_columns(text: str | None) -> tuple[str, ...] | None:
         return None
     columns = tuple(c.strip() for c in text.split(",") if c.strip())
     return columns or None
+
+# ---- data and training (finetune, distill, eval, augment) -----------------------------------
+MaxSamples = Annotated[Optional[int], typer.Option("--max-samples", min=1, help="Use a seeded random subset of this many training examples.", show_default=False)]
+Epochs = Annotated[int, typer.Option("--epochs", min=1, help="Passes over the training data.")]
+LearningRate = Annotated[float, typer.Option("--learning-rate", help="Peak learning rate (AdamW, linear decay).")]
+WeightDecay = Annotated[float, typer.Option("--weight-decay", help="AdamW weight decay.")]
+WarmupRatio = Annotated[float, typer.Option("--warmup-ratio", help="Fraction of steps with linear warm-up.")]
+MaxGradNorm = Annotated[float, typer.Option("--max-grad-norm", help="Gradient clipping norm (0: off).")]
+GradientAccumulation = Annotated[int, typer.Option("--gradient-accumulation-steps", min=1, help="Micro-batches per optimizer step.")]
+MixedPrecision = Annotated[str, typer.Option("--mixed-precision", help="no, fp16 or bf16.")]
+CheckpointSteps = Annotated[int, typer.Option("--checkpoint-steps", min=1, help="Save the training state every N optimizer steps (for --resume).")]
+Resume = Annotated[bool, typer.Option("--resume", help="Continue an interrupted run from OUT.partial/.")]
+Train = Annotated[str, typer.Option("--train", help="all, or ghost-only (train only the ghost modules).")]
+Temperature = Annotated[float, typer.Option("--temperature", help="Softmax temperature of the teacher's soft targets.")]
+GlobalBatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Examples per optimizer step, over all processes.")]

@@ -35,10 +35,27 @@ def print_info(data: dict[str, Any]) -> None:
     table.add_row("encoder parameters", f"{human(data['encoder_params'])} (layers, without embeddings)")
     table.add_row("embedding parameters", human(data["embedding_params"]))
     table.add_row("FLOPs", f"{human(data['flops'])} (batch 1, {data['seq_len']} tokens, no embedding lookup)")
+    if data.get("ghost_params") or data.get("ghost_flops"):
+        table.add_row("ghost parameters", f"{human(data['ghost_params'])} ({data['ghost_params']:,}, included above)")
+        table.add_row("ghost FLOPs", f"{human(data['ghost_flops'])} (included above)")
     table.add_row("heads per layer", str(data["heads_per_layer"]))
     table.add_row("FFN per layer", str(data["ffn_per_layer"]))
-    table.add_row("ghost", "none" if not data["ghost"] else str(data["ghost"]))
+    ghost = data["ghost"]
+    if ghost and isinstance(ghost.get("settings"), dict):
+        from ..ghost import GhostSettings
+
+        table.add_row("ghost", GhostSettings.from_dict(ghost["settings"]).describe())
+    else:
+        table.add_row("ghost", "none" if not ghost else str(ghost))
     for step in data["history"]:
         args = ", ".join(f"{k}={v}" for k, v in step["arguments"].items() if k != "model")
         table.add_row(f"history: {step['command']}", f"{step['time']}  {args}")
     err.print(table)
+
+
+def print_training(result) -> None:
+    best = "" if result.best is None else f", best {result.best:.4f}"
+    err.print(f"{result.steps} steps in {result.wall_time:.0f}s{best}")
+    for record in result.metrics:
+        values = "  ".join(f"{k} {v:.4f}" for k, v in record["eval"].items() if k != "samples")
+        err.print(f"  epoch {record['epoch']} (step {record['step']}): {values}")

@@ -111,3 +111,25 @@ def batches(
             dtype = torch.float32 if data.task.is_regression else torch.long
             batch["labels"] = torch.tensor(chunk[data.task.label_column], dtype=dtype)
         yield batch
+
+
+def tokenize(data: TaskData, tokenizer, *, max_length: int = 128):
+    """The rows as token ids (and ``labels``), unpadded: batches are padded dynamically."""
+    columns = data.task.text_columns
+    label_column = data.task.label_column
+    regression = data.task.is_regression
+
+    def encode(chunk):
+        encoded = tokenizer(*[chunk[c] for c in columns], truncation=True, max_length=max_length)
+        if data.has_labels:
+            encoded["labels"] = [float(x) for x in chunk[label_column]] if regression else [int(x) for x in chunk[label_column]]
+        return encoded
+
+    return data.rows.map(encode, batched=True, remove_columns=data.rows.column_names, desc=None)
+
+
+def padding_collator(tokenizer):
+    """Pads each batch to its longest sequence (dynamic padding)."""
+    from transformers import DataCollatorWithPadding
+
+    return DataCollatorWithPadding(tokenizer, return_tensors="pt")

@@ -5,25 +5,33 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from torch.utils.flop_counter import FlopCounterMode
+
 from ..checkpoint import load_model, model_record
 from ..flops import measure
+from ..ghost import ghost_flops, ghost_params
 
 
 def info(model: str | os.PathLike, *, seq_len: int = 128) -> dict[str, Any]:
     """Parameters, FLOPs (batch 1, ``seq_len`` tokens, embedding lookup excluded), heads and FFN
-    size per layer, ghost settings and history, as one JSON-ready dict.
+    size per layer, ghost settings and history, as one JSON-ready dict. ``ghost_params`` and
+    ``ghost_flops`` are the ghost modules' share, already included in ``params`` and ``flops``.
 
     Example:
         >>> info("out/pruned")["flops"]  # doctest: +SKIP
     """
     net = load_model(model)
     record = model_record(net)
-    size = measure(net, seq_len=seq_len)
+    # an outer counter sees the same single forward pass, broken down by module
+    with FlopCounterMode(display=False) as counter:
+        size = measure(net, seq_len=seq_len)
     return {
         "model": str(model),
         "model_type": net.config.model_type,
         "class": type(net).__name__,
         **size.as_dict(),
+        "ghost_params": ghost_params(net),
+        "ghost_flops": ghost_flops(counter.get_flop_counts()),
         "seq_len": seq_len,
         "layers": len(record.heads),
         "heads_per_layer": record.heads_per_layer,

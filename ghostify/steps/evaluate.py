@@ -1,0 +1,55 @@
+"""``ghostify eval``: a checkpoint's metrics on a task's split."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..data import DEFAULT_DATASET, load_split, padding_collator, resolve_task, tokenize
+from ..training.loop import evaluate as evaluate_loader
+from ..training.loop import multi_process_on_cpu
+from .common import load_tokenizer
+from .training_common import load_classifier
+
+
+def evaluate(
+    model: str | os.PathLike,
+    *,
+    task: str | None = None,
+    dataset: str = DEFAULT_DATASET,
+    split: str | None = None,
+    text_columns: tuple[str, ...] | None = None,
+    label_column: str | None = None,
+    max_length: int = 128,
+    max_samples: int | None = None,
+    batch_size: int = 64,
+) -> dict[str, Any]:
+    """``{"task": ..., "split": ..., "metrics": {...}, "samples": n}`` for ``model`` on ``split``
+    (default: the task's validation split).
+
+    Example:
+        >>> evaluate("out/tuned", task="sst2")["metrics"]["accuracy"]  # doctest: +SKIP
+    """
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader
+
+    preset = resolve_task(task, text_columns=text_columns, label_column=label_column)
+    split = split or preset.validation_split
+    data = load_split(dataset, preset, split, max_samples=max_samples)
+    if not preset.num_labels:
+        from .training_common import _with_inferred_labels
+
+        preset = _with_inferred_labels(preset, data)
+        data.task = preset
+    tokenizer = load_tokenizer(model)
+    net = load_classifier(model, preset, role="model", need_trained_head=True)
+    accelerator = Accelerator(cpu=multi_process_on_cpu())
+    try:
+        loader = DataLoader(tokenize(data, tokenizer, max_length=max_length), batch_size=batch_size,
+                            collate_fn=padding_collator(tokenizer))
+        net, loader = accelerator.prepare(net, loader)
+        metrics = evaluate_loader(net, loader, accelerator, preset.metric, preset.is_regression)
+    finally:
+        accelerator.end_training()
+    samples = metrics.pop("samples", 0)
+    return {"task": preset.name, "dataset": str(dataset), "split": split, "metrics": metrics, "samples": samples}

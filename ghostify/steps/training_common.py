@@ -1,0 +1,135 @@
+"""What the training commands share: task data, classifiers, and saving the trained student."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..checkpoint import load_config, load_model, model_record, write_checkpoint
+from ..data import TaskPreset, load_split, padding_collator, resolve_task, tokenize
+from ..errors import GhostifyError
+from ..record import history_entry
+from ..training.loop import Evaluation
+from ..training.metrics import main_metric
+from .common import load_tokenizer
+
+PROJECTIONS_NAME = "distill_projections.safetensors"
+
+
+@dataclass
+class TaskInputs:
+    preset: TaskPreset
+    tokenizer: Any
+    train_rows: Any
+    evaluation: Evaluation | None
+    collate: Any
+    identity: dict[str, Any]
+
+
+def task_inputs(
+    tokenizer_source: str | os.PathLike,
+    *,
+    dataset: str,
+    task: str | None,
+    text_columns: tuple[str, ...] | None,
+    label_column: str | None,
+    max_length: int,
+    max_samples: int | None,
+    seed: int,
+    evaluate: bool,
+    require_labels: bool = True,
+) -> TaskInputs:
+    preset = resolve_task(task, text_columns=text_columns, label_column=label_column)
+    tokenizer = load_tokenizer(tokenizer_source)
+    train = load_split(dataset, preset, "train", max_samples=max_samples, seed=seed, require_labels=require_labels)
+    if not preset.num_labels:
+        preset = _with_inferred_labels(preset, train)
+    evaluation = None
+    if evaluate:
+        validation = load_split(dataset, preset, preset.validation_split)
+        evaluation = Evaluation(
+            rows=tokenize(validation, tokenizer, max_length=max_length),
+            metric=preset.metric,
+            regression=preset.is_regression,
+            select=main_metric(preset.metric),
+        )
+    return TaskInputs(
+        preset=preset,
+        tokenizer=tokenizer,
+        train_rows=tokenize(train, tokenizer, max_length=max_length),
+        evaluation=evaluation,
+        collate=padding_collator(tokenizer),
+        identity={"dataset": str(dataset), "task": preset.name, "train": train.describe()},
+    )
+
+
+def _with_inferred_labels(preset: TaskPreset, data) -> TaskPreset:
+    from dataclasses import replace
+
+    labels = data.rows[preset.label_column]
+    regression = any(isinstance(x, float) and not float(x).is_integer() for x in labels[:1000])
+    return replace(preset, num_labels=1 if regression else int(max(labels)) + 1)
+
+
+def load_classifier(source: str | os.PathLike, preset: TaskPreset, *, role: str, need_trained_head: bool) -> nn.Module:
+    """``source`` with a sequence-classification head for ``preset`` (fresh when it has none)."""
+    config = load_config(source)
+    architectures = getattr(config, "architectures", None) or []
+    has_head = any(a.endswith("ForSequenceClassification") for a in architectures)
+    if has_head and config.num_labels != preset.num_labels:
+        raise GhostifyError(
+            f"{role} {source} classifies into {config.num_labels} labels but task {preset.name} has "
+            f"{preset.num_labels}; use a {role} for this task"
+        )
+    if need_trained_head and not has_head:
+        raise GhostifyError(
+            f"{role} {source} has no trained classification head; fine-tune it first (ghostify finetune) "
+            "or set the prediction-layer weight to 0"
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a fresh head is expected here and said once below
+        model = load_model(
+            source,
+            head="sequence-classification",
+            num_labels=preset.num_labels,
+            problem_type="regression" if preset.is_regression else "single_label_classification",
+        )
+    if not has_head and role == "model":
+        warnings.warn(f"{source} has no classification head yet: a new one is trained from scratch", stacklevel=3)
+    return model
+
+
+def student_saver(command: str, arguments: dict[str, Any], tokenizer_source: str | os.PathLike):
+    """A ``save_student`` for the loop: the student keeps its ghostify record, plus a history step."""
+
+    def save(student: nn.Module, directory: Path, extra: dict[str, torch.Tensor]) -> None:
+        record = model_record(student)
+        record.history.append(history_entry(command, arguments))
+        files = {}
+        if extra:
+            from safetensors.torch import save_file
+
+            files[PROJECTIONS_NAME] = lambda path: save_file(extra, str(path))
+        write_checkpoint(student, directory, record, tokenizer_source=tokenizer_source, extra_files=files)
+
+    return save
+
+
+def set_trainable(model: nn.Module, train: str) -> None:
+    """``all``: every parameter; ``ghost-only``: only the ghost modules (which must exist)."""
+    if train == "all":
+        model.requires_grad_(True)
+        return
+    if train != "ghost-only":
+        raise GhostifyError(f"--train {train!r}: choose all or ghost-only")
+    from ..ghost import freeze_except_ghosts
+
+    if not model_record(model).ghost:
+        raise GhostifyError("--train ghost-only needs a model with ghost modules; run `ghostify attach-ghost` first")
+    freeze_except_ghosts(model)

@@ -1,0 +1,373 @@
+"""The one training loop, on Accelerate, used by every command that trains.
+
+- ``batch_size`` is the *global* batch per optimizer step: it is split over processes and
+  gradient-accumulation steps, so a run gives the same updates on 1 or N processes.
+- Work in progress lives in ``OUT.partial/`` (training state every ``checkpoint_steps`` and at each
+  epoch end, the best checkpoint so far, ``metrics.jsonl``); the finished run is moved into ``OUT``
+  in one rename. ``resume=True`` continues an interrupted run from its last saved state and ends
+  with the same weights as an uninterrupted run.
+- Only the main process writes; metrics are gathered across processes without duplicates.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from ..checkpoint import atomic_directory
+from ..errors import GhostifyError
+from .metrics import compute_metrics
+
+MIXED_PRECISION = ("no", "fp16", "bf16")
+
+
+@dataclass
+class TrainSettings:
+    """Optimisation settings; the defaults are the GhostBERT paper's (Table 8)."""
+
+    epochs: int = 3
+    batch_size: int = 32
+    learning_rate: float = 2e-5
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.0
+    max_grad_norm: float = 1.0
+    gradient_accumulation_steps: int = 1
+    mixed_precision: str = "no"
+    seed: int = 0
+    checkpoint_steps: int = 200
+    log_steps: int = 10
+
+    def validate(self) -> None:
+        checks = [
+            (self.epochs >= 1, f"--epochs {self.epochs} must be at least 1"),
+            (self.batch_size >= 1, f"--batch-size {self.batch_size} must be at least 1"),
+            (self.learning_rate > 0, f"--learning-rate {self.learning_rate} must be positive"),
+            (0 <= self.warmup_ratio < 1, f"--warmup-ratio {self.warmup_ratio} must be in [0, 1)"),
+            (self.gradient_accumulation_steps >= 1, "--gradient-accumulation-steps must be at least 1"),
+            (self.mixed_precision in MIXED_PRECISION, f"--mixed-precision {self.mixed_precision!r}: choose one of {', '.join(MIXED_PRECISION)}"),
+            (self.checkpoint_steps >= 1, "--checkpoint-steps must be at least 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise GhostifyError(message)
+
+
+@dataclass
+class Progress:
+    step: int = 0  # optimizer steps taken
+    epoch: int = 0  # epochs completed
+    batch_in_epoch: int = 0  # micro-batches of the current epoch already consumed
+    best: float | None = None
+    best_step: int | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)  # evaluation results
+
+    @classmethod
+    def load(cls, path: Path) -> "Progress":
+        return cls(**json.loads(path.read_text()))
+
+
+@dataclass
+class Evaluation:
+    """How to evaluate the student after each epoch, and which value decides the best one."""
+
+    rows: Any  # tokenised rows with labels
+    metric: str
+    regression: bool
+    select: str  # key of the metric that selects the best checkpoint (higher is better)
+
+
+@dataclass
+class TrainResult:
+    output: Path
+    steps: int
+    best: float | None
+    metrics: list[dict[str, Any]]
+    wall_time: float
+
+
+class Objective(nn.Module):
+    """A trainable module whose forward returns ``(loss, parts)``; ``student`` is what is saved.
+
+    Anything that must not be trained or wrapped for data-parallel training (a teacher) is kept
+    out of the module tree by the subclass."""
+
+    student: nn.Module
+
+    def extra_state_to_save(self) -> dict[str, torch.Tensor]:
+        """Trained tensors saved apart from the student (e.g. distillation projections)."""
+        return {}
+
+
+def multi_process_on_cpu() -> bool:
+    """Accelerate only sets up CPU data parallelism (gloo) when asked to use the CPU: do so when
+    several processes were launched on a machine without CUDA."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
+
+
+def partial_dir(output: Path) -> Path:
+    return output.with_name(output.name + ".partial")
+
+
+def _fingerprint(settings: TrainSettings, identity: dict[str, Any]) -> dict[str, Any]:
+    return {"settings": asdict(settings), **identity}
+
+
+def train(
+    objective: Objective,
+    train_rows,
+    collate: Callable,
+    settings: TrainSettings,
+    output: str | os.PathLike,
+    save_student: Callable[[nn.Module, Path, dict[str, torch.Tensor]], None],
+    *,
+    evaluation: Evaluation | None = None,
+    identity: dict[str, Any] | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    on_step: Callable[[int], None] | None = None,
+    describe: str = "training",
+) -> TrainResult:
+    """Train ``objective`` on ``train_rows`` and write the best (or last) student to ``output``.
+
+    ``save_student(student, directory, extra_tensors)`` writes a checkpoint directory;
+    ``identity`` describes the inputs (models, data) so that ``resume`` refuses a different run.
+    """
+    from accelerate import Accelerator
+    from accelerate.utils import DataLoaderConfiguration, set_seed
+    from transformers import get_linear_schedule_with_warmup
+
+    settings.validate()
+    output = Path(output)
+    work = partial_dir(output)
+    accelerator = Accelerator(
+        cpu=multi_process_on_cpu(),
+        mixed_precision=settings.mixed_precision,
+        gradient_accumulation_steps=settings.gradient_accumulation_steps,
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
+    )
+    main = accelerator.is_main_process
+    try:
+        world = accelerator.num_processes
+        per_step = world * settings.gradient_accumulation_steps
+        if settings.batch_size % per_step:
+            raise GhostifyError(
+                f"--batch-size {settings.batch_size} is not divisible by {world} processes x "
+                f"{settings.gradient_accumulation_steps} accumulation steps; choose a multiple of {per_step}"
+            )
+        micro = settings.batch_size // per_step
+        fingerprint = _fingerprint(settings, identity or {})
+        resuming = _resume_decision(work, output, fingerprint, resume=resume, overwrite=overwrite)
+        accelerator.wait_for_everyone()  # every process decided before the main one changes anything
+        if main and not resuming:
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir(parents=True)
+            (work / "run.json").write_text(json.dumps(fingerprint))
+        accelerator.wait_for_everyone()
+
+        set_seed(settings.seed)
+        train_loader = DataLoader(train_rows, batch_size=micro, shuffle=True, collate_fn=collate)
+        eval_loader = None
+        if evaluation is not None:
+            eval_loader = DataLoader(evaluation.rows, batch_size=max(micro, 32), shuffle=False, collate_fn=collate)
+        params = [p for p in objective.parameters() if p.requires_grad]
+        if not params:
+            raise GhostifyError("nothing to train: every parameter is frozen")
+        optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, weight_decay=settings.weight_decay)
+        objective, optimizer, train_loader = accelerator.prepare(objective, optimizer, train_loader)
+        if eval_loader is not None:
+            eval_loader = accelerator.prepare(eval_loader)
+        steps_per_epoch = math.ceil(len(train_loader) / settings.gradient_accumulation_steps)
+        total_steps = steps_per_epoch * settings.epochs
+        scheduler = get_linear_schedule_with_warmup(optimizer, int(settings.warmup_ratio * total_steps), total_steps)
+        accelerator.register_for_checkpointing(scheduler)
+
+        progress = Progress()
+        if resuming:
+            accelerator.load_state(str(work / "state"))
+            progress = Progress.load(work / "state" / "progress.json")
+        metrics_file = work / "metrics.jsonl"
+        started = time.perf_counter()
+        bar = _progress_bar(main, describe, total_steps, progress.step)
+
+        def log(record: dict[str, Any]) -> None:
+            if main:
+                with metrics_file.open("a") as f:
+                    f.write(json.dumps(record) + "\n")
+
+        def save_state() -> None:
+            _save_state(accelerator, work, progress)
+
+        running: list[float] = []
+        for epoch in range(progress.epoch, settings.epochs):
+            train_loader.set_epoch(epoch)
+            loader = train_loader
+            if progress.batch_in_epoch:
+                loader = accelerator.skip_first_batches(train_loader, progress.batch_in_epoch)
+            objective.train()
+            for batch in loader:
+                with accelerator.accumulate(objective):
+                    loss, parts = objective(batch)
+                    _stop_if_not_finite(accelerator, loss, progress, work)
+                    accelerator.backward(loss)
+                    if accelerator.sync_gradients and settings.max_grad_norm > 0:
+                        accelerator.clip_grad_norm_(params, settings.max_grad_norm)
+                    optimizer.step()
+                    optimizer.zero_grad()
+                progress.batch_in_epoch += 1
+                running.append(float(loss.detach()))
+                if not accelerator.sync_gradients:
+                    continue
+                scheduler.step()
+                progress.step += 1
+                if bar is not None:
+                    bar[0].update(bar[1], completed=progress.step)
+                if progress.step % settings.log_steps == 0:
+                    mean = accelerator.gather(torch.tensor([sum(running) / len(running)], device=accelerator.device)).mean()
+                    log({"step": progress.step, "epoch": epoch, "loss": float(mean), "lr": scheduler.get_last_lr()[0],
+                         **{k: float(v) for k, v in parts.items()}})
+                    running.clear()
+                if progress.step % settings.checkpoint_steps == 0:
+                    save_state()
+                if on_step is not None:
+                    on_step(progress.step)
+            progress.epoch = epoch + 1
+            progress.batch_in_epoch = 0
+            student = accelerator.unwrap_model(objective).student
+            if evaluation is not None:
+                result = evaluate(student, eval_loader, accelerator, evaluation.metric, evaluation.regression)
+                record = {"step": progress.step, "epoch": epoch + 1, "eval": result}
+                progress.history.append(record)
+                log(record)
+                value = result[evaluation.select]
+                if progress.best is None or value > progress.best:
+                    progress.best, progress.best_step = value, progress.step
+                    if main:
+                        _replace_dir(work / "best", lambda d: save_student(student, d, _extra(objective, accelerator)))
+            save_state()
+        if bar is not None:
+            bar[0].stop()
+
+        accelerator.wait_for_everyone()
+        if main:
+            with atomic_directory(output, overwrite=overwrite or output.exists()) as tmp:
+                if evaluation is not None and (work / "best").is_dir():
+                    for item in (work / "best").iterdir():
+                        shutil.move(str(item), tmp / item.name)
+                else:
+                    save_student(accelerator.unwrap_model(objective).student, tmp, _extra(objective, accelerator))
+                if metrics_file.exists():
+                    shutil.copy2(metrics_file, tmp / "metrics.jsonl")
+                (tmp / "training.json").write_text(json.dumps(
+                    {"steps": progress.step, "best": progress.best, "best_step": progress.best_step,
+                     "evaluations": progress.history, **fingerprint}, indent=2))
+            shutil.rmtree(work, ignore_errors=True)
+        accelerator.wait_for_everyone()
+        return TrainResult(output, progress.step, progress.best, progress.history, time.perf_counter() - started)
+    finally:
+        accelerator.end_training()
+
+
+def _extra(objective, accelerator) -> dict[str, torch.Tensor]:
+    return accelerator.unwrap_model(objective).extra_state_to_save()
+
+
+def _progress_bar(main: bool, describe: str, total: int, done: int):
+    if not main:
+        return None
+    from ..cli.console import err
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    bar = Bar(TextColumn(f"[bold]{describe}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+              TimeRemainingColumn(), console=err, transient=True, disable=not err.is_terminal)
+    task = bar.add_task(describe, total=total, completed=done)
+    bar.start()
+    return bar, task
+
+
+def _resume_decision(work: Path, output: Path, fingerprint: dict, *, resume: bool, overwrite: bool) -> bool:
+    """Decide between a fresh start and resuming (reads only); True when resuming."""
+    state = work / "state" / "progress.json"
+    if output.exists() and not overwrite:
+        raise GhostifyError(f"output directory {output} already exists; pass --overwrite to replace it or choose another -o")
+    if work.exists():
+        if resume and state.is_file():
+            saved = json.loads((work / "run.json").read_text()) if (work / "run.json").is_file() else None
+            if saved != json.loads(json.dumps(fingerprint)):
+                raise GhostifyError(
+                    f"{work} holds an interrupted run with other settings or inputs; resume it with the same "
+                    "settings, or pass --overwrite to start over"
+                )
+            return True
+        if not (resume or overwrite):
+            raise GhostifyError(
+                f"{work} holds an interrupted run; pass --resume to continue it or --overwrite to start over"
+            )
+    return False
+
+
+def _save_state(accelerator, work: Path, progress: Progress) -> None:
+    """Save the full training state atomically: a crash mid-save keeps the previous one."""
+    tmp = work / "state.tmp"
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(tmp))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        (tmp / "progress.json").write_text(json.dumps(asdict(progress)))
+        old = work / "state.old"
+        shutil.rmtree(old, ignore_errors=True)
+        if (work / "state").exists():
+            os.replace(work / "state", old)
+        os.replace(tmp, work / "state")
+        shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
+
+
+def _replace_dir(path: Path, write: Callable[[Path], None]) -> None:
+    with atomic_directory(path, overwrite=True) as tmp:
+        write(tmp)
+
+
+def _stop_if_not_finite(accelerator, loss: torch.Tensor, progress: Progress, work: Path) -> None:
+    finite = torch.isfinite(loss.detach()).to(torch.float32).reshape(1)
+    if accelerator.num_processes > 1:
+        finite = accelerator.gather(finite).min().reshape(1)
+    if finite.item() < 1:
+        raise GhostifyError(
+            f"the loss became {float(loss):g} at step {progress.step + 1}; the last good state is kept in {work} "
+            "(lower --learning-rate or use --mixed-precision no, then rerun with --resume)"
+        )
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, loader, accelerator, metric: str, regression: bool) -> dict[str, float]:
+    """Metrics of ``model`` over ``loader``, gathered across processes without duplicates."""
+    was_training = model.training
+    model.eval()
+    predictions, labels = [], []
+    for batch in loader:
+        batch = dict(batch)
+        target = batch.pop("labels")
+        logits = model(**batch).logits
+        prediction = logits.squeeze(-1).float() if regression else logits.argmax(-1)
+        prediction, target = accelerator.gather_for_metrics((prediction, target))
+        predictions.append(prediction.cpu())
+        labels.append(target.cpu())
+    model.train(was_training)
+    if not predictions:
+        return {}
+    result = compute_metrics(metric, torch.cat(predictions), torch.cat(labels))
+    result["samples"] = int(sum(len(p) for p in predictions))
+    return result

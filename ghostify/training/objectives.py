@@ -1,0 +1,174 @@
+"""What the loop optimises: task fine-tuning (optionally with a teacher's logits) and GhostBERT's
+layer-wise distillation. The teacher is held outside the module tree, so it is never trained nor
+wrapped for data-parallel training, and runs in eval mode without gradients."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..architectures import get_adapter
+from ..checkpoint import model_record
+from ..errors import GhostifyError
+from .capture import capture, enable_score_capture
+from .layer_map import LayerMap
+from .loop import Objective
+from .losses import attention_score_mse, masked_mse, prediction_loss, task_loss
+
+
+def _inputs(batch: dict) -> tuple[dict, torch.Tensor | None]:
+    batch = dict(batch)
+    labels = batch.pop("labels", None)
+    return batch, labels
+
+
+def _teacher_forward(teacher: nn.Module, device: torch.device, **kwargs):
+    if next(teacher.parameters()).device != device:
+        teacher.to(device)
+    teacher.eval()
+    with torch.no_grad():
+        return teacher(**kwargs)
+
+
+class FinetuneObjective(Objective):
+    """Cross-entropy (MSE for regression) on labels; with a teacher, ``(1 - w)·task + w·soft-CE``."""
+
+    def __init__(self, student: nn.Module, *, regression: bool, teacher: nn.Module | None = None,
+                 teacher_weight: float = 1.0, temperature: float = 1.0):
+        super().__init__()
+        self.student = student
+        self.regression = regression
+        self.teacher_weight = teacher_weight
+        self.temperature = temperature
+        object.__setattr__(self, "_teacher", teacher)  # not a submodule: never trained or wrapped
+
+    def forward(self, batch: dict):
+        inputs, labels = _inputs(batch)
+        logits = self.student(**inputs).logits
+        hard = task_loss(logits, labels, self.regression)
+        parts = {"task_loss": hard.detach()}
+        if self._teacher is None:
+            return hard, parts
+        teacher_logits = _teacher_forward(self._teacher, logits.device, **inputs).logits
+        soft = prediction_loss(logits, teacher_logits, self.temperature, self.regression)
+        parts["teacher_loss"] = soft.detach()
+        w = self.teacher_weight
+        return (1 - w) * hard + w * soft, parts
+
+
+@dataclass
+class DistillWeights:
+    emb_weight: float = 1.0
+    mha_weight: float = 1.0
+    ffn_weight: float = 1.0
+    attention_weight: float = 0.0
+    logit_weight: float = 0.0
+    temperature: float = 1.0
+
+    def validate(self) -> None:
+        for name in ("emb_weight", "mha_weight", "ffn_weight", "attention_weight", "logit_weight"):
+            if getattr(self, name) < 0:
+                raise GhostifyError(f"--{name.replace('_', '-')} {getattr(self, name)} must be >= 0")
+        if self.temperature <= 0:
+            raise GhostifyError(f"--temperature {self.temperature} must be positive")
+        if not any(getattr(self, n) > 0 for n in ("emb_weight", "mha_weight", "ffn_weight", "attention_weight", "logit_weight")):
+            raise GhostifyError("every distillation loss weight is 0; give at least one a positive weight")
+
+
+def _hidden_size(model: nn.Module) -> int:
+    return get_adapter(model.config).hidden_size(model.config)
+
+
+def _head_selection(student: nn.Module, teacher: nn.Module, layer_map: LayerMap) -> list[torch.Tensor | None]:
+    """For each mapped pair, which teacher heads the student's heads correspond to.
+
+    A pruned student keeps its heads' original indices in its record; when the teacher still has
+    those heads (it is the unpruned source, say), head j is compared with its original. Otherwise
+    equal head counts compare one-to-one, and different counts compare head-averaged scores (None).
+    """
+    s_adapter, t_adapter = get_adapter(student.config), get_adapter(teacher.config)
+    s_heads = _per_application(model_record(student).heads, s_adapter.layer_applications(student))
+    t_heads = _per_application(model_record(teacher).heads, t_adapter.layer_applications(teacher))
+    selection: list[torch.Tensor | None] = []
+    for s, t in layer_map.pairs:
+        mine, theirs = s_heads[s - 1], t_heads[t - 1]
+        if all(h in theirs for h in mine):
+            selection.append(torch.tensor([theirs.index(h) for h in mine]))
+        elif len(mine) == len(theirs):
+            selection.append(torch.arange(len(mine)))
+        else:
+            selection.append(None)
+    return selection
+
+
+def _per_application(per_layer: list, applications: list[int]) -> list:
+    return [item for item, n in zip(per_layer, applications) for _ in range(n)]
+
+
+class DistillObjective(Objective):
+    """GhostBERT's ``ℓ_emb + ℓ_mha + ℓ_ffn`` (MSE on the embedding output and on the hidden states
+    after every attention and FFN block), plus TinyBERT's attention-score MSE and prediction-layer
+    soft cross-entropy, each weighted. Learned linear maps bridge different hidden sizes."""
+
+    def __init__(self, student: nn.Module, teacher: nn.Module, *, weights: DistillWeights, layer_map: LayerMap,
+                 regression: bool):
+        super().__init__()
+        weights.validate()
+        self.student = student
+        self.weights = weights
+        self.layer_map = layer_map
+        self.regression = regression
+        object.__setattr__(self, "_teacher", teacher)
+        ds, dt = _hidden_size(student), _hidden_size(teacher)
+        self.projections = nn.ModuleDict()
+        if ds != dt:  # TinyBERT: one map for the embeddings, one shared by all hidden states
+            self.projections["embeddings"] = nn.Linear(ds, dt)
+            self.projections["hidden"] = nn.Linear(ds, dt)
+        self.heads = _head_selection(student, teacher, layer_map) if weights.attention_weight > 0 else []
+        if weights.attention_weight > 0:
+            enable_score_capture(student)
+            enable_score_capture(teacher)
+        teacher.eval().requires_grad_(False)
+
+    def _project(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        return self.projections[name](x) if name in self.projections else x
+
+    def forward(self, batch: dict):
+        inputs, _ = _inputs(batch)
+        mask = inputs["attention_mask"].bool()
+        w = self.weights
+        scores = w.attention_weight > 0
+        with capture(self._teacher, scores=scores) as t_cap:
+            t_out = _teacher_forward(self._teacher, mask.device, **inputs, output_hidden_states=True)
+        with capture(self.student, scores=scores) as s_cap:
+            s_out = self.student(**inputs, output_hidden_states=True)
+
+        zero = s_out.hidden_states[0].new_zeros(())
+        parts = {"emb_loss": zero, "mha_loss": zero, "ffn_loss": zero, "attention_loss": zero, "logit_loss": zero}
+        if w.emb_weight:
+            parts["emb_loss"] = masked_mse(self._project("embeddings", s_out.hidden_states[0]), t_out.hidden_states[0], mask)
+        for k, (s, t) in enumerate(self.layer_map.pairs):
+            if w.ffn_weight:
+                parts["ffn_loss"] = parts["ffn_loss"] + masked_mse(
+                    self._project("hidden", s_out.hidden_states[s]), t_out.hidden_states[t], mask)
+            if w.mha_weight:
+                parts["mha_loss"] = parts["mha_loss"] + masked_mse(
+                    self._project("hidden", s_cap.attention_blocks[s - 1]), t_cap.attention_blocks[t - 1], mask)
+            if scores:
+                s_scores, t_scores = s_cap.scores[s - 1], t_cap.scores[t - 1]
+                heads = self.heads[k]
+                if heads is None:
+                    s_scores, t_scores = s_scores.mean(1, keepdim=True), t_scores.mean(1, keepdim=True)
+                else:
+                    t_scores = t_scores.index_select(1, heads.to(t_scores.device))
+                parts["attention_loss"] = parts["attention_loss"] + attention_score_mse(s_scores, t_scores, mask)
+        if w.logit_weight:
+            parts["logit_loss"] = prediction_loss(s_out.logits, t_out.logits, w.temperature, self.regression)
+        loss = (w.emb_weight * parts["emb_loss"] + w.mha_weight * parts["mha_loss"] + w.ffn_weight * parts["ffn_loss"]
+                + w.attention_weight * parts["attention_loss"] + w.logit_weight * parts["logit_loss"])
+        return loss, {k: v.detach() for k, v in parts.items()}
+
+    def extra_state_to_save(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().cpu().contiguous() for k, v in self.projections.state_dict().items()}
