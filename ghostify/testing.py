@@ -117,3 +117,25 @@ def write_toy_dataset(directory, *, train: int = 256, validation: int = 64, seed
                     words.insert(rng.randrange(len(words) + 1), "great")
                 writer.writerow([" ".join(words), float(hits) + 0.5 if regression else hits])
     return directory
+
+
+def tiny_tokenizer(directory):
+    """A word-level BERT tokenizer over the toy vocabulary, saved in ``directory``."""
+    from pathlib import Path
+
+    from transformers import BertTokenizer
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    words = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "great", *TOY_WORDS]
+    tokenizer = BertTokenizer(vocab={w: i for i, w in enumerate(words)}, do_lower_case=True)
+    tokenizer.save_pretrained(str(directory))
+    return tokenizer
+
+
+def tiny_checkpoint(directory, model_type: str = "bert", head: str = "sequence-classification", **kwargs):
+    """Save a tiny model of ``model_type`` with the toy tokenizer: a complete local checkpoint."""
+    model = tiny_model(model_type, head, **kwargs)
+    model.save_pretrained(str(directory))
+    tiny_tokenizer(directory)
+    return directory

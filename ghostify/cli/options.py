@@ -14,6 +14,7 @@ Dataset = Annotated[str, typer.Option("--dataset", help="Dataset hub id or local
 Task = Annotated[Optional[str], typer.Option("--task", help="Task preset: sst2, mrpc, rte, stsb, cola, qnli, qqp, mnli, wnli.", show_default=False)]
 TextColumns = Annotated[Optional[str], typer.Option("--text-columns", help="Comma-separated text column(s), for datasets without a preset.", show_default=False)]
 LabelColumn = Annotated[Optional[str], typer.Option("--label-column", help="Label column, for datasets without a preset.", show_default=False)]
+Metric = Annotated[Optional[str], typer.Option("--metric", help="accuracy, f1_accuracy, matthews or pearson_spearman (default: the task's; for other datasets accuracy, or Pearson/Spearman for regression).", show_default=False)]
 MaxLength = Annotated[int, typer.Option("--max-length", min=8, help="Truncate inputs to this many tokens.")]
 BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Examples per batch.")]
 Seed = Annotated[int, typer.Option("--seed", help="Random seed (sample selection, label-free sampling).")]

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from ..errors import DataError
 
 DEFAULT_DATASET = "nyu-mll/glue"
+#: metric names for --metric (see ghostify.training.metrics)
+METRIC_NAMES = ("accuracy", "f1_accuracy", "matthews", "pearson_spearman")
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,11 @@ def resolve_task(
     text_columns: tuple[str, ...] | None = None,
     label_column: str | None = None,
     num_labels: int | None = None,
+    metric: str | None = None,
 ) -> TaskPreset:
     """A preset by name, with explicit columns overriding it; or a custom task from columns."""
+    if metric is not None and metric not in METRIC_NAMES:
+        raise DataError(f"unknown --metric {metric!r}; choose one of {', '.join(METRIC_NAMES)}")
     if task is not None:
         if task not in GLUE_TASKS:
             raise DataError(
@@ -61,7 +66,7 @@ def resolve_task(
             num_labels=num_labels or preset.num_labels,
             label_column=label_column or preset.label_column,
             validation_split=preset.validation_split,
-            metric=preset.metric,
+            metric=metric or preset.metric,
             dataset_config=preset.dataset_config,
         )
     if not text_columns:
@@ -71,4 +76,5 @@ def resolve_task(
         text_columns=tuple(text_columns),
         num_labels=num_labels or 0,  # 0: inferred from the data
         label_column=label_column or "label",
+        metric=metric or "",  # "": accuracy, or Pearson/Spearman for regression, once labels are seen
     )

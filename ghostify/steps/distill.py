@@ -25,6 +25,7 @@ def distill(
     dataset: str = DEFAULT_DATASET,
     text_columns: tuple[str, ...] | None = None,
     label_column: str | None = None,
+    metric: str | None = None,
     max_length: int = 128,
     max_samples: int | None = None,
     emb_weight: float = 1.0,
@@ -67,7 +68,7 @@ def distill(
                              attention_weight=attention_weight, logit_weight=logit_weight, temperature=temperature)
     weights.validate()
     check_output_dir(output, overwrite=overwrite or resume, inputs=(teacher, student))
-    data = task_inputs(student, dataset=dataset, task=task, text_columns=text_columns, label_column=label_column,
+    data = task_inputs(student, dataset=dataset, task=task, text_columns=text_columns, label_column=label_column, metric=metric,
                        max_length=max_length, max_samples=max_samples, seed=seed, evaluate=logit_weight > 0,
                        require_labels=False)
     teacher_model = load_classifier(teacher, data.preset, role="teacher", need_trained_head=logit_weight > 0)
@@ -82,7 +83,7 @@ def distill(
         **vars(weights), **vars(settings),
     }
     return run_training(objective, data.train_rows, data.collate, settings, output,
-                 student_saver("distill", arguments, student), evaluation=data.evaluation,
+                 student_saver(student_model, "distill", arguments, student), evaluation=data.evaluation,
                  identity={**data.identity, "arguments": _plain(arguments)},
                  resume=resume, overwrite=overwrite, on_step=on_step, describe="distill")
 

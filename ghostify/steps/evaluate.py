@@ -20,6 +20,7 @@ def evaluate(
     split: str | None = None,
     text_columns: tuple[str, ...] | None = None,
     label_column: str | None = None,
+    metric: str | None = None,
     max_length: int = 128,
     max_samples: int | None = None,
     batch_size: int = 64,
@@ -33,7 +34,7 @@ def evaluate(
     from accelerate import Accelerator
     from torch.utils.data import DataLoader
 
-    preset = resolve_task(task, text_columns=text_columns, label_column=label_column)
+    preset = resolve_task(task, text_columns=text_columns, label_column=label_column, metric=metric)
     split = split or preset.validation_split
     data = load_split(dataset, preset, split, max_samples=max_samples)
     if not preset.num_labels:

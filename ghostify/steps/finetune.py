@@ -21,6 +21,7 @@ def finetune(
     dataset: str = DEFAULT_DATASET,
     text_columns: tuple[str, ...] | None = None,
     label_column: str | None = None,
+    metric: str | None = None,
     max_length: int = 128,
     max_samples: int | None = None,
     teacher: str | os.PathLike | None = None,
@@ -54,7 +55,7 @@ def finetune(
     settings.validate()
     _check_weight(teacher_weight, temperature)
     check_output_dir(output, overwrite=overwrite or resume, inputs=(model, teacher))
-    data = task_inputs(model, dataset=dataset, task=task, text_columns=text_columns, label_column=label_column,
+    data = task_inputs(model, dataset=dataset, task=task, text_columns=text_columns, label_column=label_column, metric=metric,
                        max_length=max_length, max_samples=max_samples, seed=seed, evaluate=True)
     student = load_classifier(model, data.preset, role="model", need_trained_head=False)
     set_trainable(student, train)
@@ -69,7 +70,7 @@ def finetune(
         "max_samples": max_samples, "max_length": max_length, **vars(settings),
     }
     return run_training(objective, data.train_rows, data.collate, settings, output,
-                 student_saver("finetune", arguments, model), evaluation=data.evaluation,
+                 student_saver(student, "finetune", arguments, model), evaluation=data.evaluation,
                  identity={**data.identity, "model": str(model), "teacher": str(teacher), "arguments": _plain(arguments)},
                  resume=resume, overwrite=overwrite, on_step=on_step, describe="finetune")
 

@@ -39,13 +39,14 @@ def task_inputs(
     task: str | None,
     text_columns: tuple[str, ...] | None,
     label_column: str | None,
-    max_length: int,
+    metric: str | None = None,
+    max_length: int = 128,
     max_samples: int | None,
     seed: int,
     evaluate: bool,
     require_labels: bool = True,
 ) -> TaskInputs:
-    preset = resolve_task(task, text_columns=text_columns, label_column=label_column)
+    preset = resolve_task(task, text_columns=text_columns, label_column=label_column, metric=metric)
     tokenizer = load_tokenizer(tokenizer_source)
     train = load_split(dataset, preset, "train", max_samples=max_samples, seed=seed, require_labels=require_labels)
     if not preset.num_labels:
@@ -74,7 +75,9 @@ def _with_inferred_labels(preset: TaskPreset, data) -> TaskPreset:
 
     labels = data.rows[preset.label_column]
     regression = any(isinstance(x, float) and not float(x).is_integer() for x in labels[:1000])
-    return replace(preset, num_labels=1 if regression else int(max(labels)) + 1)
+    num_labels = 1 if regression else int(max(labels)) + 1
+    metric = preset.metric or ("pearson_spearman" if regression else "accuracy")
+    return replace(preset, num_labels=num_labels, metric=metric)
 
 
 def load_classifier(source: str | os.PathLike, preset: TaskPreset, *, role: str, need_trained_head: bool) -> nn.Module:
@@ -105,11 +108,15 @@ def load_classifier(source: str | os.PathLike, preset: TaskPreset, *, role: str,
     return model
 
 
-def student_saver(command: str, arguments: dict[str, Any], tokenizer_source: str | os.PathLike):
-    """A ``save_student`` for the loop: the student keeps its ghostify record, plus a history step."""
+def student_saver(student: nn.Module, command: str, arguments: dict[str, Any], tokenizer_source: str | os.PathLike):
+    """A ``save_student`` for the loop: the student keeps the ghostify record it had before
+    training, plus one history step (however often the best checkpoint is saved)."""
+    import copy
+
+    before = model_record(student)
 
     def save(student: nn.Module, directory: Path, extra: dict[str, torch.Tensor]) -> None:
-        record = model_record(student)
+        record = copy.deepcopy(before)
         record.history.append(history_entry(command, arguments))
         files = {}
         if extra:

@@ -346,7 +346,7 @@ def _stop_if_not_finite(accelerator, loss: torch.Tensor, progress: Progress, wor
         finite = accelerator.gather(finite).min().reshape(1)
     if finite.item() < 1:
         raise GhostifyError(
-            f"the loss became {float(loss):g} at step {progress.step + 1}; the last good state is kept in {work} "
+            f"the loss became {float(loss.detach()):g} at step {progress.step + 1}; the last good state is kept in {work} "
             "(lower --learning-rate or use --mixed-precision no, then rerun with --resume)"
         )
 

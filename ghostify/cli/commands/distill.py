@@ -8,7 +8,7 @@ from ... import steps
 from ...data import DEFAULT_DATASET
 from ..app import app
 from ..console import err
-from ..options import (CheckpointSteps, Dataset, Epochs, GlobalBatchSize, GradientAccumulation, LabelColumn, LearningRate,
+from ..options import (Metric, CheckpointSteps, Dataset, Epochs, GlobalBatchSize, GradientAccumulation, LabelColumn, LearningRate,
                        MaxGradNorm, MaxLength, MaxSamples, MixedPrecision, Output, Overwrite, Resume, Seed, Task,
                        Temperature, TextColumns, Train, WarmupRatio, WeightDecay, split_columns)
 from ..summary import print_training
@@ -34,6 +34,7 @@ def distill(
     dataset: Dataset = DEFAULT_DATASET,
     text_columns: TextColumns = None,
     label_column: LabelColumn = None,
+    metric: Metric = None,
     max_length: MaxLength = 128,
     max_samples: MaxSamples = None,
     emb_weight: _weight("--emb-weight", "the embedding-output MSE") = 1.0,
@@ -70,7 +71,7 @@ def distill(
     """
     result = steps.distill(
         teacher, student, output, task=task, dataset=dataset, text_columns=split_columns(text_columns),
-        label_column=label_column, max_length=max_length, max_samples=max_samples, emb_weight=emb_weight,
+        label_column=label_column, metric=metric, max_length=max_length, max_samples=max_samples, emb_weight=emb_weight,
         mha_weight=mha_weight, ffn_weight=ffn_weight, attention_weight=attention_weight, logit_weight=logit_weight,
         temperature=temperature, layer_map=layer_map, train=train, epochs=epochs, batch_size=batch_size,
         learning_rate=learning_rate, weight_decay=weight_decay, warmup_ratio=warmup_ratio, max_grad_norm=max_grad_norm,

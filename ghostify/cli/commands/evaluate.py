@@ -8,7 +8,7 @@ from ... import steps
 from ...data import DEFAULT_DATASET
 from ..app import app
 from ..console import err, print_json
-from ..options import BatchSize, Dataset, Json, LabelColumn, MaxLength, MaxSamples, Model, Task, TextColumns, split_columns
+from ..options import Metric, BatchSize, Dataset, Json, LabelColumn, MaxLength, MaxSamples, Model, Task, TextColumns, split_columns
 
 
 @app.command(
@@ -25,6 +25,7 @@ def evaluate(
     split: Annotated[Optional[str], typer.Option("--split", help="Split to evaluate (default: the task's validation split).", show_default=False)] = None,
     text_columns: TextColumns = None,
     label_column: LabelColumn = None,
+    metric: Metric = None,
     max_length: MaxLength = 128,
     max_samples: MaxSamples = None,
     batch_size: BatchSize = 64,
@@ -34,7 +35,7 @@ def evaluate(
     correlation for CoLA; Pearson and Spearman for STS-B; matched accuracy for MNLI)."""
     result = steps.evaluate(
         model, task=task, dataset=dataset, split=split, text_columns=split_columns(text_columns),
-        label_column=label_column, max_length=max_length, max_samples=max_samples, batch_size=batch_size,
+        label_column=label_column, metric=metric, max_length=max_length, max_samples=max_samples, batch_size=batch_size,
     )
     if json_output:
         print_json(result)

@@ -8,7 +8,7 @@ from ... import steps
 from ...data import DEFAULT_DATASET
 from ..app import app
 from ..console import err
-from ..options import (CheckpointSteps, Dataset, Epochs, GlobalBatchSize, GradientAccumulation, LabelColumn, LearningRate,
+from ..options import (Metric, CheckpointSteps, Dataset, Epochs, GlobalBatchSize, GradientAccumulation, LabelColumn, LearningRate,
                        MaxGradNorm, MaxLength, MaxSamples, MixedPrecision, Model, Output, Overwrite, Resume, Seed, Task,
                        Temperature, TextColumns, Train, WarmupRatio, WeightDecay, split_columns)
 from ..summary import print_training
@@ -28,6 +28,7 @@ def finetune(
     dataset: Dataset = DEFAULT_DATASET,
     text_columns: TextColumns = None,
     label_column: LabelColumn = None,
+    metric: Metric = None,
     max_length: MaxLength = 128,
     max_samples: MaxSamples = None,
     teacher: Annotated[Optional[str], typer.Option("--teacher", help="Add logit distillation from this fine-tuned teacher.", show_default=False)] = None,
@@ -55,7 +56,7 @@ def finetune(
     Runs unchanged under `accelerate launch` (several processes or GPUs).
     """
     result = steps.finetune(
-        model, output, task=task, dataset=dataset, text_columns=split_columns(text_columns), label_column=label_column,
+        model, output, task=task, dataset=dataset, text_columns=split_columns(text_columns), label_column=label_column, metric=metric,
         max_length=max_length, max_samples=max_samples, teacher=teacher, teacher_weight=teacher_weight,
         temperature=temperature, train=train, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
         weight_decay=weight_decay, warmup_ratio=warmup_ratio, max_grad_norm=max_grad_norm,
