@@ -241,8 +241,13 @@ def check_output_dir(output: str | os.PathLike, *, overwrite: bool, inputs: tupl
     """Refuse an output that exists (unless ``overwrite``) or that is one of the inputs."""
     out = Path(output).expanduser()
     for source in inputs:
-        if source is not None and Path(source).exists() and out.resolve() == Path(source).resolve():
-            raise GhostifyError(f"output {out} is the input checkpoint; inputs are never modified: choose another -o")
+        if source is None or not Path(source).exists():
+            continue
+        src, dst = Path(source).resolve(), out.resolve()
+        if dst == src:
+            raise GhostifyError(f"output {out} is the input {source}; inputs are never modified: choose another -o")
+        if src.is_relative_to(dst) or dst.is_relative_to(src):
+            raise GhostifyError(f"output {out} contains or lies inside the input {source}; inputs are never modified: choose another -o")
     if out.exists() and not overwrite:
         raise GhostifyError(f"output directory {out} already exists; pass --overwrite to replace it or choose another -o")
     if out.exists() and not out.is_dir():

@@ -1,6 +1,7 @@
 """One function per command: what the CLI and recipes call, with the options as arguments."""
 
 from .attach_ghost import attach_ghost
+from .augment import augment
 from .distill import distill
 from .evaluate import evaluate
 from .finetune import finetune
@@ -8,4 +9,4 @@ from .importance import importance
 from .info import info
 from .prune import prune
 
-__all__ = ["attach_ghost", "distill", "evaluate", "finetune", "importance", "info", "prune"]
+__all__ = ["attach_ghost", "augment", "distill", "evaluate", "finetune", "importance", "info", "prune"]
