@@ -61,7 +61,8 @@ def _run(argv: list[str] | None, debug: bool) -> int:
     except GhostifyError as exc:
         if debug:
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            print(f"error: {line}", file=sys.stderr)  # a recipe reports all its problems, one per line
         return exc.exit_code
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

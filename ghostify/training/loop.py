@@ -304,6 +304,8 @@ def _resume_decision(work: Path, output: Path, fingerprint: dict, *, resume: boo
         if resume and state.is_file():
             saved = json.loads((work / "run.json").read_text()) if (work / "run.json").is_file() else None
             if saved != json.loads(json.dumps(fingerprint)):
+                if overwrite:
+                    return False  # another run was interrupted here: start over
                 raise GhostifyError(
                     f"{work} holds an interrupted run with other settings or inputs; resume it with the same "
                     "settings, or pass --overwrite to start over"

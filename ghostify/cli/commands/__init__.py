@@ -1,3 +1,3 @@
 """Importing this package registers every command on the Typer app."""
 
-from . import attach_ghost, augment, distill, evaluate, finetune, importance, info, prune  # noqa: F401
+from . import attach_ghost, augment, distill, evaluate, finetune, importance, info, prune, run  # noqa: F401

@@ -1,0 +1,203 @@
+"""``ghostify run``: the stages of a recipe, in order, each into ``RUN_DIR/<nn>-<name>/``.
+
+A stage whose directory already holds a completed run with the same resolved settings and the same
+inputs is skipped; an interrupted training stage resumes from its saved state. Every stage's
+parameters, FLOPs, metrics and wall time go to ``RUN_DIR/report.json`` and ``report.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from ..checkpoint import atomic_directory
+from .overrides import apply_overrides
+from .report import stage_summary, write_report
+from .schema import REFERENCE, Recipe, Stage, validate
+from .yaml_source import RecipeSource
+
+STAGE_FILE = "stage.json"
+RECIPE_FILE = "recipe.yaml"
+
+
+@dataclass
+class PlannedStage:
+    stage: Stage
+    directory: Path
+    arguments: dict[str, Any]  # resolved: references replaced by directories
+    inputs: list[Path] = field(default_factory=list)  # earlier stages this one reads
+
+    @property
+    def label(self) -> str:
+        return self.directory.name
+
+
+def load(recipe: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
+    source = RecipeSource.read(recipe)
+    return validate(source, apply_overrides(source.data, overrides))
+
+
+def plan(recipe: Recipe, run_dir: str | Path) -> list[PlannedStage]:
+    """Resolve references and defaults: each stage reads the previous model unless told otherwise."""
+    run_dir = Path(run_dir)
+    directories = {s.name: run_dir / f"{s.index + 1:02d}-{s.name}" for s in recipe.stages}
+    header = recipe.header
+    teacher = _resolve(header.teacher, directories, header.model, None) if header.teacher else None
+    current = header.model
+    planned = []
+    for stage in recipe.stages:
+        inputs: list[Path] = []
+        arguments = {k: _resolve(v, directories, header.model, teacher, inputs) for k, v in stage.settings.items()}
+        command = stage.command
+        if command.input and arguments.get(command.input) is None:
+            arguments[command.input] = current
+            if Path(str(current)) in directories.values():
+                inputs.append(Path(str(current)))
+        if command.name == "distill" and arguments.get("teacher") is None:
+            arguments["teacher"] = teacher
+            if teacher and Path(teacher) in directories.values():
+                inputs.append(Path(teacher))
+        directory = directories[stage.name]
+        if command.produces == "model":
+            current = str(directory)
+        planned.append(PlannedStage(stage, directory, arguments, inputs))
+    return planned
+
+
+def _resolve(value: Any, directories: dict[str, Path], model: str, teacher: str | None, inputs: list | None = None) -> Any:
+    if isinstance(value, list):
+        return [_resolve(v, directories, model, teacher, inputs) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def replace(match) -> str:
+        name = match.group(1)
+        if name in directories:
+            if inputs is not None:
+                inputs.append(directories[name])
+            return str(directories[name])
+        return {"model": model, "teacher": teacher or ""}.get(name, match.group(0))
+
+    return REFERENCE.sub(replace, value)
+
+
+def _fingerprint(planned: PlannedStage) -> dict[str, Any]:
+    stamps = {}
+    for path in planned.inputs:
+        record = path / STAGE_FILE
+        stamps[str(path)] = json.loads(record.read_text()).get("stamp") if record.is_file() else None
+    return {"command": planned.stage.command.name, "arguments": _jsonable(planned.arguments), "inputs": stamps}
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def completed(planned: PlannedStage) -> dict[str, Any] | None:
+    """The saved record of a stage that already ran with the same settings and inputs."""
+    record = planned.directory / STAGE_FILE
+    if not record.is_file():
+        return None
+    saved = json.loads(record.read_text())
+    return saved if saved.get("fingerprint") == _fingerprint(planned) else None
+
+
+def run(
+    recipe: Recipe,
+    run_dir: str | Path,
+    *,
+    on_stage: Callable[[PlannedStage, str], None] | None = None,
+) -> dict[str, Any]:
+    """Run (or skip) every stage; returns the report."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    stages = plan(recipe, run_dir)
+    (run_dir / RECIPE_FILE).write_text(yaml.safe_dump(recipe.raw, sort_keys=False))
+    rows: list[dict[str, Any]] = []
+    for planned in stages:
+        saved = completed(planned)
+        if saved is not None:
+            if on_stage:
+                on_stage(planned, "skipped")
+            rows.append({**saved["summary"], "status": "skipped"})
+            continue
+        if on_stage:
+            on_stage(planned, "running")
+        started = time.perf_counter()
+        _execute(planned)
+        wall = time.perf_counter() - started
+        summary = stage_summary(planned, wall)
+        record = {"stamp": uuid.uuid4().hex, "fingerprint": _fingerprint(planned), "summary": summary}
+        (planned.directory / STAGE_FILE).write_text(json.dumps(record, indent=2))
+        rows.append({**summary, "status": "ran"})
+        write_report(run_dir, recipe, rows)
+    final = next((p for p in reversed(stages) if p.stage.command.produces == "model"), None)
+    if final is not None:
+        # the final checkpoint reproduces itself: `ghostify run OUT/recipe.yaml -o NEW_RUN`
+        (final.directory / RECIPE_FILE).write_text(yaml.safe_dump(recipe.raw, sort_keys=False))
+    return write_report(run_dir, recipe, rows)
+
+
+def _execute(planned: PlannedStage) -> None:
+    command = planned.stage.command
+    kwargs = dict(planned.arguments)
+    if command.produces == "metrics":
+        result = command.function(**kwargs)
+        with atomic_directory(planned.directory, overwrite=True) as tmp:
+            (tmp / "eval.json").write_text(json.dumps(result, indent=2))
+        return
+    if command.trains:
+        kwargs["resume"] = True  # continue an interrupted stage from OUT.partial
+    command.function(**kwargs, output=planned.directory, overwrite=True)
+
+
+def dry_run(recipe: Recipe, run_dir: str | Path) -> list[dict[str, Any]]:
+    """The plan, with parameters and FLOPs after every structural stage, measured on a randomly
+    initialised copy of the recipe's model (no weights are downloaded or trained)."""
+    from ..checkpoint import load_config
+    from ..steps import attach_ghost, info, prune
+
+    stages = plan(recipe, run_dir)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        current = _random_copy(load_config(recipe.header.model), Path(tmp) / "model")
+        size = info(current)
+        rows.append({"stage": "model", "command": "", "params": size["params"], "flops": size["flops"],
+                     "arguments": {"model": recipe.header.model}})
+        for k, planned in enumerate(stages):
+            command = planned.stage.command.name
+            kwargs = {key: value for key, value in planned.arguments.items() if key != planned.stage.command.input}
+            if command in ("prune", "attach-ghost"):
+                target = Path(tmp) / f"{k}"
+                function = prune if command == "prune" else attach_ghost
+                function(current, target, **{key: v for key, v in kwargs.items() if key != "importance"})
+                current = target
+                size = info(current)
+            rows.append({"stage": planned.label, "command": command, "params": size["params"], "flops": size["flops"],
+                         "arguments": _jsonable(planned.arguments)})
+    return rows
+
+
+def _random_copy(config, directory: Path) -> Path:
+    from ..checkpoint import _auto_class
+
+    cls = _auto_class(config, None)
+    build = getattr(cls, "from_config", None) or cls._from_config
+    build(config).save_pretrained(str(directory))
+    return directory
+
+
+def describe(planned: list[PlannedStage]) -> list[str]:
+    return [f"{p.label}: {p.stage.command.name} " + ", ".join(f"{k}={v}" for k, v in p.arguments.items()) for p in planned]
+
+
+__all__ = ["PlannedStage", "completed", "describe", "dry_run", "load", "plan", "run"]

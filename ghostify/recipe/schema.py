@@ -1,0 +1,293 @@
+"""Recipe schema: validated as a whole before any model is loaded (pydantic, ``extra="forbid"``).
+
+A recipe names a ``model``, an optional ``teacher``, shared ``data`` settings, ``vars`` (values that
+``${name}`` substitutes anywhere) and an ordered list of ``stages``. Each stage is one command with
+exactly the keys of that command's options, plus ``output`` (the stage's name, used for its directory
+and for ``${name}`` references by later stages) and ``seed``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import os
+import re
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from .. import steps
+from ..errors import GhostifyError
+from .yaml_source import Location, RecipeSource
+
+REFERENCE = re.compile(r"\$\{([A-Za-z0-9_.\-]+)\}")
+#: step-function parameters a recipe does not set (the runner does)
+INTERNAL = {"output", "overwrite", "resume", "progress", "on_step"}
+#: settings of ``data:`` that every stage accepting them inherits
+DATA_KEYS = ("dataset", "task", "text_columns", "label_column", "metric", "max_length")
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str  # the YAML key and CLI command
+    function: Callable[..., Any]
+    input: str | None  # the parameter that takes the current model, if any
+    produces: str  # "model", "dataset" or "metrics"
+    trains: bool = False  # runs the training loop (so it can resume)
+
+
+COMMANDS: dict[str, Command] = {
+    "importance": Command("importance", steps.importance, "model", "model"),
+    "prune": Command("prune", steps.prune, "model", "model"),
+    "attach-ghost": Command("attach-ghost", steps.attach_ghost, "model", "model"),
+    "augment": Command("augment", steps.augment, None, "dataset"),
+    "distill": Command("distill", steps.distill, "student", "model", trains=True),
+    "finetune": Command("finetune", steps.finetune, "model", "model", trains=True),
+    "eval": Command("eval", steps.evaluate, "model", "metrics"),
+}
+
+
+class RecipeError(GhostifyError):
+    """All the problems of a recipe, one per line, each with ``file:line``."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+class DataSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    dataset: Optional[str] = None
+    task: Optional[str] = None
+    text_columns: Optional[list[str]] = None
+    label_column: Optional[str] = None
+    metric: Optional[str] = None
+    max_length: Optional[int] = None
+
+
+class RecipeHeader(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    description: Optional[str] = None
+    model: str
+    teacher: Optional[str] = None
+    data: DataSettings = Field(default_factory=DataSettings)
+    vars: dict[str, Any] = Field(default_factory=dict)
+    seed: int = 0
+    stages: list[Any] = Field(min_length=1)
+
+
+def _plain_type(annotation: Any) -> Any:
+    """Step annotations, with path-like arguments as strings (YAML has no paths)."""
+    if annotation is os.PathLike or annotation is typing.Any:
+        return str if annotation is os.PathLike else Any
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        args = tuple(dict.fromkeys(_plain_type(a) for a in typing.get_args(annotation)))
+        return typing.Union[args] if len(args) > 1 else args[0]
+    return annotation
+
+
+def _stage_model(command: Command) -> type[BaseModel]:
+    hints = typing.get_type_hints(command.function)
+    fields: dict[str, Any] = {"output": (Optional[str], None), "seed": (Optional[int], None)}
+    for name, parameter in inspect.signature(command.function).parameters.items():
+        if name in INTERNAL or name in fields:
+            continue
+        annotation = _plain_type(hints.get(name, Any))
+        required = parameter.default is inspect.Parameter.empty and name != command.input and name != "teacher"
+        default = ... if required else (None if parameter.default is inspect.Parameter.empty else parameter.default)
+        if not required and default is None:
+            annotation = Optional[annotation]
+        fields[name] = (annotation, default)
+    return create_model(f"{command.name.title().replace('-', '')}Stage", __config__=ConfigDict(extra="forbid"), **fields)
+
+
+STAGE_MODELS = {name: _stage_model(command) for name, command in COMMANDS.items()}
+
+
+def stage_keys(command: str) -> list[str]:
+    return list(STAGE_MODELS[command].model_fields)
+
+
+def accepts(command: str, key: str) -> bool:
+    """Whether the command's function takes ``key`` (every stage may say ``seed``; only commands
+    with randomness use it)."""
+    return key in inspect.signature(COMMANDS[command].function).parameters and key not in INTERNAL
+
+
+@dataclass
+class Stage:
+    index: int
+    command: Command
+    name: str  # ``output`` or the command name
+    settings: dict[str, Any]  # validated, only the keys the recipe set (data defaults applied)
+    location: Location
+
+
+@dataclass
+class Recipe:
+    source: RecipeSource
+    header: RecipeHeader
+    stages: list[Stage]
+    raw: dict[str, Any]  # the document after --set and ${vars}: what reproduces the run
+
+
+def _suggest(word: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(word, options, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _pydantic_problems(exc: ValidationError, source: RecipeSource, prefix: Location, model: type[BaseModel]) -> list[str]:
+    problems = []
+    for error in exc.errors():
+        location = (*prefix, *error["loc"])
+        key = str(error["loc"][-1]) if error["loc"] else ""
+        where = source.where(location)
+        if error["type"] == "extra_forbidden":
+            options = _keys_at(model, error["loc"][:-1])
+            problems.append(f"{where}: unknown key {key!r}{_suggest(key, options)}; the keys here are {', '.join(options)}")
+        elif error["type"] == "missing":
+            problems.append(f"{where}: missing required key {key!r}; add it")
+        else:
+            value = error.get("input")
+            problems.append(f"{where}: {'.'.join(map(str, error['loc']))} = {value!r}: {error['msg'].lower()}; fix the value")
+    return problems
+
+
+def _keys_at(model: type[BaseModel], path: tuple) -> list[str]:
+    """The allowed keys of the (nested) model at ``path``."""
+    for part in path:
+        field = model.model_fields.get(str(part))
+        annotation = getattr(field, "annotation", None)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+        else:
+            break
+    return list(model.model_fields)
+
+
+def substitute_vars(value: Any, variables: dict[str, Any]) -> Any:
+    """Replace ``${name}`` for names in ``vars`` (a whole-string reference keeps the value's type)."""
+    if isinstance(value, dict):
+        return {k: substitute_vars(v, variables) for k, v in value.items()}
+    if isinstance(value, list):
+        return [substitute_vars(v, variables) for v in value]
+    if isinstance(value, str):
+        whole = REFERENCE.fullmatch(value)
+        if whole and whole.group(1) in variables:
+            return variables[whole.group(1)]
+        return REFERENCE.sub(lambda m: str(variables[m.group(1)]) if m.group(1) in variables else m.group(0), value)
+    return value
+
+
+def references(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return REFERENCE.findall(value)
+    if isinstance(value, dict):
+        return [r for v in value.values() for r in references(v)]
+    if isinstance(value, list):
+        return [r for v in value for r in references(v)]
+    return []
+
+
+def validate(source: RecipeSource, raw: dict[str, Any]) -> Recipe:
+    """Check the whole recipe and report every problem at once (``RecipeError``)."""
+    problems: list[str] = []
+    if not isinstance(raw, dict):
+        raise RecipeError([f"{source.filename}:1: a recipe is a mapping with model, data and stages; see recipes/quickstart.yaml"])
+    variables = raw.get("vars") or {}
+    if not isinstance(variables, dict):
+        variables = {}
+    raw = substitute_vars(raw, variables)
+    try:
+        header = RecipeHeader.model_validate(raw)
+    except ValidationError as exc:
+        problems += _pydantic_problems(exc, source, (), RecipeHeader)
+        header = None
+    stages: list[Stage] = []
+    names: dict[str, int] = {}
+    data = header.data.model_dump(exclude_none=True) if header else (raw.get("data") if isinstance(raw.get("data"), dict) else {})
+    for i, entry in enumerate(raw.get("stages") or [] if isinstance(raw.get("stages"), list) else []):
+        location: Location = ("stages", i)
+        if not (isinstance(entry, dict) and len(entry) == 1):
+            problems.append(f"{source.where(location)}: a stage is one command with its settings, e.g. `- prune: {{width: 0.5}}`")
+            continue
+        (command_name, body), = entry.items()
+        if command_name not in COMMANDS:
+            problems.append(
+                f"{source.where(location)}: unknown stage {command_name!r}{_suggest(str(command_name), list(COMMANDS))}; "
+                f"stages are {', '.join(COMMANDS)}"
+            )
+            continue
+        body = body or {}
+        if not isinstance(body, dict):
+            problems.append(f"{source.where((*location, command_name))}: the settings of {command_name} must be a mapping")
+            continue
+        model = STAGE_MODELS[command_name]
+        try:
+            values = model.model_validate(body).model_dump()
+        except ValidationError as exc:
+            problems += _pydantic_problems(exc, source, (*location, command_name), model)
+            values = body  # keep checking the order and references of the rest
+        settings = {k: v for k, v in values.items() if k in body and (k == "output" or accepts(command_name, k))}
+        for key, value in data.items():
+            if key not in settings and accepts(command_name, key):
+                settings[key] = value
+        if "seed" not in settings and header is not None and accepts(command_name, "seed"):
+            settings["seed"] = header.seed
+        name = settings.pop("output", None) or command_name
+        if name in names:
+            problems.append(
+                f"{source.where((*location, command_name))}: stage name {name!r} is used twice (also stage {names[name] + 1}); "
+                "give one of them another `output:`"
+            )
+        names[name] = i
+        stages.append(Stage(i, COMMANDS[command_name], name, settings, (*location, command_name)))
+    problems += _check_order(source, header or _partial_header(raw), stages)
+    if problems:
+        raise RecipeError(problems)
+    return Recipe(source=source, header=header, stages=stages, raw=raw)
+
+
+def _partial_header(raw: dict[str, Any]) -> RecipeHeader:
+    """The header's fields that are usable, so order checks still run after other errors."""
+    teacher = raw.get("teacher")
+    return RecipeHeader.model_construct(model=str(raw.get("model", "")), teacher=teacher if isinstance(teacher, str) else None)
+
+
+def _check_order(source: RecipeSource, header: RecipeHeader, stages: list[Stage]) -> list[str]:
+    """References point backwards; a teacher exists before distill; tasks are known."""
+    problems = []
+    seen: dict[str, Stage] = {}
+    top = {"model", "teacher"}
+    for ref in references(header.teacher or ""):
+        if ref not in {s.name for s in stages} and ref not in top:
+            problems.append(f"{source.where(('teacher',))}: teacher refers to ${{{ref}}}, which is no stage; name a stage's output")
+    teacher_stage = references(header.teacher or "")
+    for stage in stages:
+        for key, value in stage.settings.items():
+            for ref in references(value):
+                if ref in seen or ref == "model" or (ref == "teacher" and header.teacher):
+                    continue
+                later = any(s.name == ref for s in stages)
+                hint = "a later stage: reorder the stages" if later else "no stage or variable: check the name"
+                problems.append(f"{source.where((*stage.location, key))}: {key} refers to ${{{ref}}}, {hint}")
+        if stage.command.name == "distill" and not stage.settings.get("teacher"):
+            if not header.teacher:
+                problems.append(
+                    f"{source.where(stage.location)}: distill needs a teacher; set `teacher:` at the top or in the stage "
+                    "(e.g. the output of an earlier finetune stage)"
+                )
+            elif teacher_stage and teacher_stage[0] not in seen:
+                problems.append(
+                    f"{source.where(stage.location)}: distill runs before its teacher ${{{teacher_stage[0]}}} exists; "
+                    "move the teacher's stage before it"
+                )
+        needs_task = stage.command.name in ("importance", "distill", "finetune", "eval", "augment")
+        if needs_task and not stage.settings.get("task") and not stage.settings.get("text_columns"):
+            problems.append(f"{source.where(stage.location)}: {stage.command.name} needs a task; set data.task (e.g. sst2)")
+        seen[stage.name] = stage
+    return problems
