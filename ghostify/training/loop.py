@@ -176,7 +176,10 @@ def train(
         accelerator.wait_for_everyone()
 
         set_seed(settings.seed)
-        train_loader = DataLoader(train_rows, batch_size=micro, shuffle=True, collate_fn=collate)
+        # a loader of its own generator: starting an iterator must not draw from the global RNG,
+        # or a resumed run (which starts one mid-epoch) would drift from an uninterrupted one
+        loader_rng = torch.Generator().manual_seed(settings.seed)
+        train_loader = DataLoader(train_rows, batch_size=micro, shuffle=True, collate_fn=collate, generator=loader_rng)
         eval_loader = None
         if evaluation is not None:
             eval_loader = DataLoader(evaluation.rows, batch_size=max(micro, 32), shuffle=False, collate_fn=collate)
