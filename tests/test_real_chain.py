@@ -11,7 +11,7 @@ from .conftest import run_cli
 
 pytestmark = pytest.mark.real
 
-SAMPLES = "1500"
+SAMPLES = "2000"
 
 
 def test_prune_ghost_distill_finetune_beats_the_majority_class(minilm, glue, tmp_path, capsys):
@@ -26,7 +26,7 @@ def test_prune_ghost_distill_finetune_beats_the_majority_class(minilm, glue, tmp
     ok("prune", tmp_path / "teacher", "-o", tmp_path / "pruned", "--width", "0.5")
     ok("attach-ghost", tmp_path / "pruned", "-o", tmp_path / "ghost")
     ok("distill", "--teacher", tmp_path / "teacher", "--student", tmp_path / "ghost", "-o", tmp_path / "distilled",
-       *data, "--learning-rate", "2e-4")
+       *data, "--learning-rate", "2e-4", "--max-samples", "1000")
     ok("finetune", tmp_path / "distilled", "-o", tmp_path / "final", *data, "--teacher", tmp_path / "teacher",
        "--teacher-weight", "0.5", "--learning-rate", "1e-4")
     result = json.loads(ok("eval", tmp_path / "final", "--dataset", glue, "--task", "sst2", "--json"))

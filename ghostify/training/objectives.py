@@ -128,6 +128,12 @@ class DistillObjective(Objective):
             self.projections["hidden"] = nn.Linear(ds, dt)
         self.heads = _head_selection(student, teacher, layer_map) if weights.attention_weight > 0 else []
         if weights.attention_weight > 0:
+            positions = (model_record(student).ghost or {}).get("settings", {}).get("positions", [])
+            if {"qk", "v"} & set(positions):
+                raise GhostifyError(
+                    "attention-score distillation cannot read the scores of layers with qk or v ghost modules; "
+                    "set --attention-weight 0 for this student"
+                )
             enable_score_capture(student)
             enable_score_capture(teacher)
         teacher.eval().requires_grad_(False)

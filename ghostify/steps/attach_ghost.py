@@ -1,0 +1,72 @@
+"""``ghostify attach-ghost``: add GhostBERT ghost modules to every encoder layer."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from ..architectures import get_adapter
+from ..checkpoint import check_output_dir, load_config, load_model, model_record, read_record, save_checkpoint
+from ..errors import GhostifyError
+from ..ghost import GhostSettings, attach_ghosts, ghost_record
+from ..ghost.inject import check_family, no_pruned_heads
+from ..ghost.settings import DEFAULT_POSITIONS
+from ..record import GhostifyRecord, history_entry
+
+
+def attach_ghost(
+    model: str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    kernel_size: int = 3,
+    softmax: bool = True,
+    relu: bool = True,
+    features: int = 1,
+    per_head: bool = False,
+    conv: str = "dwconv",
+    positions: str | Sequence[str] = DEFAULT_POSITIONS,
+    overwrite: bool = False,
+) -> GhostifyRecord:
+    """Attach ghost modules to ``model`` (pruned or not) and write it to ``output``.
+
+    The defaults are the paper's: after the attention output projection and the FFN down
+    projection of every layer, ``y + ReLU(DWConv(y, softmax(W)))`` with a kernel of 3 tokens and
+    one kernel shared by all heads (2 * layers * hidden * 3 new parameters).
+
+    Example:
+        >>> attach_ghost("out/pruned", "out/ghost")                                   # doctest: +SKIP
+        >>> attach_ghost("out/pruned", "out/ghost-k5", kernel_size=5, positions="o,ffn2,ffn1")  # doctest: +SKIP
+    """
+    settings = GhostSettings(
+        kernel_size=kernel_size,
+        softmax=softmax,
+        relu=relu,
+        features=features,
+        per_head=per_head,
+        conv=conv,
+        positions=positions,
+    )
+    out = check_output_dir(output, overwrite=overwrite, inputs=(model,))
+    config = load_config(model)
+    _check_model(config, settings)
+    net = load_model(model)
+    record = model_record(net)
+    attach_ghosts(net, settings)
+    record.ghost = ghost_record(net, settings)
+    record.history.append(history_entry("attach-ghost", {"model": str(model), **settings.to_dict()}))
+    save_checkpoint(net, out, record, tokenizer_source=model, overwrite=overwrite)
+    return record
+
+
+def _check_model(config, settings: GhostSettings) -> None:
+    """What can be refused from the config alone, before loading any weights."""
+    adapter = get_adapter(config)
+    record = read_record(config)
+    if record is not None and record.ghost:
+        raise GhostifyError(
+            "the model already has ghost modules; attach to the checkpoint they were attached to (its history names it)"
+        )
+    check_family(adapter, settings, config.model_type)
+    num_heads = adapter.num_heads(config)
+    if "v" in settings.positions and (record is None or all(h >= num_heads for h in record.heads_per_layer)):
+        raise no_pruned_heads(num_heads)
