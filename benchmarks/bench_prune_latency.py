@@ -15,8 +15,10 @@ FFN neurons) to each width; the unpruned model is the baseline. In one run:
   its own resident set: the kernel's high-water mark (``VmHWM`` in /proc/self/status) is reset to
   the current RSS (``echo 5 > /proc/self/clear_refs``) once the imports and inputs exist; RSS after
   loading the model = weights, the high-water mark during two forwards at each batch size =
-  weights + activations + temporaries, both as increments over the pre-load RSS. ``ru_maxrss`` is
-  not used: in a child started by fork+exec it reports the *parent's* peak.
+  weights + activations + temporaries, both as increments over the pre-load RSS; median of
+  ``--memory-repeats`` processes per model (round-robin), since the batch-32 peak moves by tens of
+  MiB from process to process (allocator caching). ``ru_maxrss`` is not used: in a child started
+  by fork+exec it reports the *parent's* peak.
 
     python benchmarks/bench_prune_latency.py            # full run (~4 min on 2 cores)
     python benchmarks/bench_prune_latency.py --quick    # smoke test (< 1 min)
@@ -55,13 +57,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     p.add_argument("--layers", type=int, default=12, help="encoder layers (12 = BERT-base; fewer only for smoke tests)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
-    p.add_argument("--quick", action="store_true", help="smoke test: 2 layers, widths 12/12,6/12,1/12, batch 1,4, seq 64, few repeats")
+    p.add_argument("--memory-repeats", type=int, default=3, help="fresh processes per model (median reported)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke test: 2 layers, widths 12/12,6/12,1/12, batch 1,4, seq 64, few repeats, 1 memory process per model",
+    )
     p.add_argument("--json", metavar="PATH", help="also write all results (raw times included) as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     args = p.parse_args(argv)
     if args.quick:
         args.widths, args.batch_sizes, args.repeats, args.seq_len = "12/12,6/12,1/12", [1, 4], [3, 2], 64
-        args.layers = 2
+        args.layers, args.memory_repeats = 2, 1
     if len(args.repeats) == 1:
         args.repeats = args.repeats * len(args.batch_sizes)
     if len(args.repeats) != len(args.batch_sizes):
@@ -104,23 +111,37 @@ def memory_child(path: str, batch_sizes: list[int], seq_len: int, threads: int) 
     return out
 
 
-def measure_memory(models: dict[str, torch.nn.Module], args: argparse.Namespace, log) -> dict[str, dict]:
-    """One fresh process per model, forked from a multiprocessing fork server that has imported
-    torch and transformers' BERT but never held a model or run a forward."""
+def measure_memory(models: dict[str, torch.nn.Module], args: argparse.Namespace, log) -> tuple[dict, dict]:
+    """One fresh process per model and repetition, forked from a multiprocessing fork server that
+    has imported torch and transformers' BERT but never held a model or run a forward. Models are
+    measured round-robin, ``--memory-repeats`` times; returns (medians, all raw results)."""
     import multiprocessing as mp
 
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "transformers.models.bert.modeling_bert"])
-    results = {}
+    raw: dict[str, list[dict]] = {name: [] for name in models}
     with tempfile.TemporaryDirectory(prefix="ghostify-bench-") as tmp:
-        for name, model in models.items():
-            path = Path(tmp) / "model.pt"
-            torch.save(model, path)
-            with ctx.Pool(1) as pool:
-                results[name] = pool.apply(memory_child, (str(path), args.batch_sizes, args.seq_len, args.threads))
-            log(f"  memory {name}: {results[name]}")
-            path.unlink()
-    return results
+        paths = {}
+        for i, (name, model) in enumerate(models.items()):
+            paths[name] = Path(tmp) / f"model{i}.pt"
+            torch.save(model, paths[name])
+        names = list(models)
+        for r in range(args.memory_repeats):
+            shift = r % len(names)
+            for name in names[shift:] + names[:shift]:
+                with ctx.Pool(1) as pool:
+                    result = pool.apply(memory_child, (str(paths[name]), args.batch_sizes, args.seq_len, args.threads))
+                raw[name].append(result)
+                log(f"  [memory rep {r + 1}/{args.memory_repeats}] {name}: {result}")
+    medians = {}
+    for name, results in raw.items():
+        medians[name] = {
+            key: common.median([r[key] for r in results]) for key in ("base_rss_mib", "load_peak_mib", "weights_rss_mib")
+        }
+        medians[name]["forward_peak_mib"] = {
+            bs: common.median([r["forward_peak_mib"][bs] for r in results]) for bs in results[0]["forward_peak_mib"]
+        }
+    return medians, raw
 
 
 # ----- main ------------------------------------------------------------------------------------
@@ -173,10 +194,10 @@ def main(argv=None) -> dict:
         )
         others[str(bs)] = common.other_cores(snap, common.cpu_snapshot())
 
-    memory = None
+    memory = memory_raw = None
     if not args.no_memory:
-        log("peak memory: one fresh process per model")
-        memory = measure_memory(models, args, log)
+        log(f"peak memory: {args.memory_repeats} fresh process(es) per model, round-robin")
+        memory, memory_raw = measure_memory(models, args, log)
 
     # ----- tables ---------------------------------------------------------------------------------
     d_flops = sizes[DENSE].flops
@@ -231,7 +252,7 @@ def main(argv=None) -> dict:
                 row += [f"{peak:.0f}", f"{peak - m['weights_rss_mib']:.0f}", f"{dpeak / peak:.2f}x"]
             mrows.append(row)
         print(
-            "### Pruned-model peak memory\n\nFresh process per model; increments over the process's RSS before the "
+            f"### Pruned-model peak memory\n\nMedians of {args.memory_repeats} fresh process(es) per model (round-robin); increments over the process's RSS before the "
             "model was loaded (torch, transformers and the inputs already resident). Peak = kernel high-water mark "
             "(VmHWM, reset before each measurement) during two forwards; activations = peak - RSS after load; "
             "peak ratio = unpruned / model.\n\n" + common.markdown_table(mheaders, mrows) + "\n"
@@ -253,6 +274,7 @@ def main(argv=None) -> dict:
         "flop_ratio": {n: d_flops / sizes[n].flops for n in models},
         "other_processes_cores_busy": others,
         "memory_mib": memory,
+        "memory_mib_raw": memory_raw,
     }
     common.write_json(args.json, result)
     return result
