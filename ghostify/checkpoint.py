@@ -147,6 +147,9 @@ def load_model(
     with _quiet_transformers():
         build = getattr(cls, "from_config", None) or cls._from_config  # Auto classes / model classes
         model = build(config, **kwargs)
+    # Rebuild every recorded structural change before the strict load, in this fixed order:
+    # sharing (so the later steps see the distinct layers), pruning, grouped layers, ghosts,
+    # factorised embeddings, reference attention. Each is a no-op when its record is None.
     apply_structure(model, adapter, record)
     restore_ghosts(model, adapter, record)  # ghost modules of record.ghost, before the strict load
     _load_weights_strictly(model, weights, expected_class=_auto_class(config, None))

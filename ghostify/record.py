@@ -22,6 +22,11 @@ class GhostifyRecord:
     heads: list[list[int]]
     ffn: list[int]
     ghost: dict[str, Any] | None = None
+    # further structural methods, each None until its command ran (see their modules)
+    embeddings: dict[str, Any] | None = None  # factorize-embeddings (ALBERT)
+    sharing: dict[str, Any] | None = None  # share-layers (ALBERT)
+    grouped: dict[str, Any] | None = None  # group-linear (SqueezeBERT)
+    references: dict[str, Any] | None = None  # distill --references (RefBERT)
     history: list[dict[str, Any]] = field(default_factory=list)
     format: int = RECORD_FORMAT
 
@@ -39,6 +44,10 @@ class GhostifyRecord:
                 heads=[[int(h) for h in layer] for layer in data["heads"]],
                 ffn=[int(n) for n in data["ffn"]],
                 ghost=data.get("ghost"),
+                embeddings=data.get("embeddings"),
+                sharing=data.get("sharing"),
+                grouped=data.get("grouped"),
+                references=data.get("references"),
                 history=list(data.get("history", [])),
                 format=int(data.get("format", RECORD_FORMAT)),
             )

@@ -76,7 +76,9 @@ def prune_model(
     for layer, old_heads, h_keep, n_keep in zip(layers, record.heads, keep_heads, keep_neurons, strict=True):
         heads.append(prune_layer(adapter, layer, h_keep, n_keep, head_size, old_heads))
         ffn.append(len(n_keep))
-    return GhostifyRecord(heads=heads, ffn=ffn, ghost=record.ghost, history=list(record.history), format=record.format)
+    from dataclasses import replace
+
+    return replace(record, heads=heads, ffn=ffn, history=list(record.history))
 
 
 def apply_structure(model: nn.Module, adapter: ArchitectureAdapter, record: GhostifyRecord) -> None:
