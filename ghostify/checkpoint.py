@@ -106,12 +106,15 @@ def load_model(
     num_labels: int | None = None,
     problem_type: str | None = None,
     attn_implementation: str | None = None,
+    dropout: float | None = None,
+    attention_dropout: float | None = None,
 ) -> nn.Module:
     """Load a model from a ghostify checkpoint, a plain HF directory or a hub id.
 
     Returns the transformers class of the checkpoint (or of ``head``: ``"base"``,
     ``"sequence-classification"``, ...). A pruned checkpoint gets its per-layer structure from
-    its record before the weights are loaded strictly.
+    its record before the weights are loaded strictly. ``dropout`` / ``attention_dropout`` replace
+    the config's dropout probabilities (hidden states and task head / attention probabilities).
 
     Example:
         >>> model = load_model("out/pruned")                       # doctest: +SKIP
@@ -124,6 +127,7 @@ def load_model(
         overrides["problem_type"] = problem_type
     config = load_config(source, **overrides)
     adapter = get_adapter(config)
+    adapter.set_dropout(config, dropout, attention_dropout)
     record = read_record(config)
     cls = _auto_class(config, head)
     kwargs: dict[str, Any] = {}

@@ -14,6 +14,7 @@ from .base import ArchitectureAdapter, LayerPaths
 class AlbertAdapter(ArchitectureAdapter):
     model_types = ("albert",)
     embedding_paths = ("embeddings", "encoder.embedding_hidden_mapping_in")
+    dropout_attrs = ("hidden_dropout_prob", "classifier_dropout_prob")
 
     def layers(self, model: nn.Module) -> list[nn.Module]:
         groups = model.base_model.encoder.albert_layer_groups

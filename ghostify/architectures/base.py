@@ -45,6 +45,10 @@ class ArchitectureAdapter(ABC):
     head_width_attrs: tuple[str, ...] = ("all_head_size",)
     #: whether attention runs through transformers' AttentionInterface (eager/SDPA/registered)
     uses_attention_interface: bool = True
+    #: config attributes of the dropout on hidden states (embeddings, residual branches, task
+    #: heads) and of the dropout on attention probabilities; read when the model is built
+    dropout_attrs: tuple[str, ...] = ("hidden_dropout_prob", "classifier_dropout")
+    attention_dropout_attrs: tuple[str, ...] = ("attention_probs_dropout_prob",)
 
     # ----- configuration -------------------------------------------------------------------
     def num_heads(self, config) -> int:
@@ -62,6 +66,13 @@ class ArchitectureAdapter(ABC):
     @abstractmethod
     def paths(self, config) -> LayerPaths:
         """Where the projections sit inside one layer of this family."""
+
+    def set_dropout(self, config, dropout: float | None, attention_dropout: float | None) -> None:
+        """Set the dropout probabilities on ``config`` before a model is built from it (None: keep)."""
+        for attrs, value in ((self.dropout_attrs, dropout), (self.attention_dropout_attrs, attention_dropout)):
+            if value is not None:
+                for attr in attrs:
+                    setattr(config, attr, float(value))
 
     # ----- module access ---------------------------------------------------------------------
     def layers(self, model: nn.Module) -> list[nn.Module]:

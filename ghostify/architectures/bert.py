@@ -32,4 +32,5 @@ class ElectraAdapter(BertAdapter):
     """ELECTRA: BERT's layers; a projection from a smaller embedding size counts as embeddings."""
 
     model_types = ("electra",)
+    dropout_attrs = ("hidden_dropout_prob", "classifier_dropout", "summary_last_dropout")
     embedding_paths = ("embeddings", "embeddings_project")

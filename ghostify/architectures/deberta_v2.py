@@ -8,6 +8,7 @@ from .base import ArchitectureAdapter, LayerPaths
 
 class DebertaV2Adapter(ArchitectureAdapter):
     model_types = ("deberta-v2",)
+    dropout_attrs = ("hidden_dropout_prob", "pooler_dropout", "cls_dropout")
     uses_attention_interface = False  # its attention is computed in its own code
 
     def head_size(self, config) -> int:

@@ -7,6 +7,8 @@ from .base import ArchitectureAdapter, LayerPaths
 
 class DistilBertAdapter(ArchitectureAdapter):
     model_types = ("distilbert",)
+    dropout_attrs = ("dropout", "seq_classif_dropout", "qa_dropout")
+    attention_dropout_attrs = ("attention_dropout",)
     layers_path = "transformer.layer"
     head_count_attrs = ("n_heads",)
     head_width_attrs = ()

@@ -18,6 +18,7 @@ def _select_bias_heads(module: nn.Module, args: tuple) -> tuple | None:
 
 class MPNetAdapter(ArchitectureAdapter):
     model_types = ("mpnet",)
+    dropout_attrs = ("hidden_dropout_prob",)
     uses_attention_interface = False  # its attention is computed in its own code
 
     def paths(self, config) -> LayerPaths:

@@ -40,4 +40,6 @@ CheckpointSteps = Annotated[int, typer.Option("--checkpoint-steps", min=1, help=
 Resume = Annotated[bool, typer.Option("--resume", help="Continue an interrupted run from OUT.partial/.")]
 Train = Annotated[str, typer.Option("--train", help="all, or ghost-only (train only the ghost modules).")]
 Temperature = Annotated[float, typer.Option("--temperature", help="Softmax temperature of the teacher's soft targets.")]
+Dropout = Annotated[Optional[float], typer.Option("--dropout", help="Dropout on hidden states and the task head (default: the model's; ALBERT found 0 works better).", show_default=False)]
+AttentionDropout = Annotated[Optional[float], typer.Option("--attention-dropout", help="Dropout on attention probabilities (default: the model's).", show_default=False)]
 GlobalBatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Examples per optimizer step, over all processes.")]

@@ -13,7 +13,7 @@ from ..training.loop import TrainResult, TrainSettings
 from ..training.loop import train as run_training
 from ..training.objectives import DistillObjective, DistillWeights
 from .finetune import _plain
-from .training_common import load_classifier, set_trainable, student_saver, task_inputs
+from .training_common import check_dropout, load_classifier, set_trainable, student_saver, task_inputs
 
 
 def distill(
@@ -34,8 +34,11 @@ def distill(
     attention_weight: float = 0.0,
     logit_weight: float = 0.0,
     temperature: float = 1.0,
+    sop_weight: float = 0.0,
     layer_map: str | None = None,
     train: str = "all",
+    dropout: float | None = None,
+    attention_dropout: float | None = None,
     epochs: int = 3,
     batch_size: int = 32,
     learning_rate: float = 2e-5,
@@ -54,7 +57,9 @@ def distill(
 
     With ``logit_weight > 0`` the student is evaluated after every epoch and the best one kept;
     otherwise the last one is written. Projections between different hidden sizes are saved in
-    ``distill_projections.safetensors`` next to the student.
+    ``distill_projections.safetensors`` next to the student (with the SOP classifier when
+    ``sop_weight > 0``: ALBERT's sentence-order prediction on pairs or multi-sentence texts).
+    ``dropout`` / ``attention_dropout`` replace the student's dropout probabilities.
 
     Example:
         >>> distill("out/teacher", "out/ghost", "out/distilled", task="sst2")  # doctest: +SKIP
@@ -65,14 +70,17 @@ def distill(
                              seed=seed, checkpoint_steps=checkpoint_steps)
     settings.validate()
     weights = DistillWeights(emb_weight=emb_weight, mha_weight=mha_weight, ffn_weight=ffn_weight,
-                             attention_weight=attention_weight, logit_weight=logit_weight, temperature=temperature)
+                             attention_weight=attention_weight, logit_weight=logit_weight, temperature=temperature,
+                             sop_weight=sop_weight)
     weights.validate()
+    check_dropout(dropout, attention_dropout)
     check_output_dir(output, overwrite=overwrite or resume, inputs=(teacher, student))
     data = task_inputs(student, dataset=dataset, task=task, text_columns=text_columns, label_column=label_column, metric=metric,
                        max_length=max_length, max_samples=max_samples, seed=seed, evaluate=logit_weight > 0,
-                       require_labels=False)
+                       require_labels=False, sop=sop_weight > 0)
     teacher_model = load_classifier(teacher, data.preset, role="teacher", need_trained_head=logit_weight > 0)
-    student_model = load_classifier(student, data.preset, role="student", need_trained_head=False)
+    student_model = load_classifier(student, data.preset, role="student", need_trained_head=False, dropout=dropout,
+                                    attention_dropout=attention_dropout)
     set_trainable(student_model, train)
     mapping = build_layer_map(_depth(student_model), _depth(teacher_model), layer_map)
     objective = DistillObjective(student_model, teacher_model, weights=weights, layer_map=mapping,
@@ -80,6 +88,7 @@ def distill(
     arguments: dict[str, Any] = {
         "teacher": str(teacher), "student": str(student), "task": data.preset.name, "dataset": dataset,
         "layer_map": mapping.describe(), "train": train, "max_samples": max_samples, "max_length": max_length,
+        "dropout": dropout, "attention_dropout": attention_dropout,
         **vars(weights), **vars(settings),
     }
     return run_training(objective, data.train_rows, data.collate, settings, output,

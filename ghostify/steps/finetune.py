@@ -10,7 +10,7 @@ from ..data import DEFAULT_DATASET
 from ..training.loop import TrainResult, TrainSettings
 from ..training.loop import train as run_training
 from ..training.objectives import FinetuneObjective
-from .training_common import load_classifier, set_trainable, student_saver, task_inputs
+from .training_common import check_dropout, load_classifier, set_trainable, student_saver, task_inputs
 
 
 def finetune(
@@ -28,6 +28,8 @@ def finetune(
     teacher_weight: float = 1.0,
     temperature: float = 1.0,
     train: str = "all",
+    dropout: float | None = None,
+    attention_dropout: float | None = None,
     epochs: int = 3,
     batch_size: int = 32,
     learning_rate: float = 2e-5,
@@ -43,7 +45,9 @@ def finetune(
     on_step=None,
 ) -> TrainResult:
     """Fine-tune ``model`` on ``task``: cross-entropy (MSE for regression), evaluating on the
-    validation split after every epoch and keeping the best checkpoint.
+    validation split after every epoch and keeping the best checkpoint. ``dropout`` and
+    ``attention_dropout`` replace the model's dropout probabilities (None keeps them; ALBERT found
+    that 0 works better); the trained model is saved with them.
 
     Example:
         >>> finetune("out/ghost", "out/tuned", task="sst2", teacher="out/teacher")  # doctest: +SKIP
@@ -54,10 +58,12 @@ def finetune(
                              seed=seed, checkpoint_steps=checkpoint_steps)
     settings.validate()
     _check_weight(teacher_weight, temperature)
+    check_dropout(dropout, attention_dropout)
     check_output_dir(output, overwrite=overwrite or resume, inputs=(model, teacher))
     data = task_inputs(model, dataset=dataset, task=task, text_columns=text_columns, label_column=label_column, metric=metric,
                        max_length=max_length, max_samples=max_samples, seed=seed, evaluate=True)
-    student = load_classifier(model, data.preset, role="model", need_trained_head=False)
+    student = load_classifier(model, data.preset, role="model", need_trained_head=False, dropout=dropout,
+                              attention_dropout=attention_dropout)
     set_trainable(student, train)
     teacher_model = None
     if teacher is not None:
@@ -67,6 +73,7 @@ def finetune(
     arguments: dict[str, Any] = {
         "model": str(model), "task": data.preset.name, "dataset": dataset, "teacher": teacher,
         "teacher_weight": teacher_weight, "temperature": temperature, "train": train,
+        "dropout": dropout, "attention_dropout": attention_dropout,
         "max_samples": max_samples, "max_length": max_length, **vars(settings),
     }
     return run_training(objective, data.train_rows, data.collate, settings, output,

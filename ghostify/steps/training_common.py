@@ -45,7 +45,10 @@ def task_inputs(
     seed: int,
     evaluate: bool,
     require_labels: bool = True,
+    sop: bool = False,
 ) -> TaskInputs:
+    """The tokenised training rows (with sentence-order-prediction inputs when ``sop``), the
+    validation set when ``evaluate``, and a padding collator."""
     preset = resolve_task(task, text_columns=text_columns, label_column=label_column, metric=metric)
     tokenizer = load_tokenizer(tokenizer_source)
     train = load_split(dataset, preset, "train", max_samples=max_samples, seed=seed, require_labels=require_labels)
@@ -60,12 +63,18 @@ def task_inputs(
             regression=preset.is_regression,
             select=main_metric(preset.metric),
         )
+    rows, collate = tokenize(train, tokenizer, max_length=max_length), padding_collator(tokenizer)
+    if sop:
+        from ..data.sop import add_sop_inputs, sop_collator
+
+        rows = add_sop_inputs(rows, train, tokenizer, max_length=max_length, seed=seed)
+        collate = sop_collator(collate, tokenizer)
     return TaskInputs(
         preset=preset,
         tokenizer=tokenizer,
-        train_rows=tokenize(train, tokenizer, max_length=max_length),
+        train_rows=rows,
         evaluation=evaluation,
-        collate=padding_collator(tokenizer),
+        collate=collate,
         identity={"dataset": str(dataset), "task": preset.name, "train": train.describe()},
     )
 
@@ -80,8 +89,16 @@ def _with_inferred_labels(preset: TaskPreset, data) -> TaskPreset:
     return replace(preset, num_labels=num_labels, metric=metric)
 
 
-def load_classifier(source: str | os.PathLike, preset: TaskPreset, *, role: str, need_trained_head: bool) -> nn.Module:
-    """``source`` with a sequence-classification head for ``preset`` (fresh when it has none)."""
+def check_dropout(dropout: float | None, attention_dropout: float | None) -> None:
+    for flag, value in (("--dropout", dropout), ("--attention-dropout", attention_dropout)):
+        if value is not None and not 0 <= value < 1:
+            raise GhostifyError(f"{flag} {value} must be in [0, 1) (0 turns it off, as ALBERT found works best)")
+
+
+def load_classifier(source: str | os.PathLike, preset: TaskPreset, *, role: str, need_trained_head: bool,
+                    dropout: float | None = None, attention_dropout: float | None = None) -> nn.Module:
+    """``source`` with a sequence-classification head for ``preset`` (fresh when it has none),
+    with its dropout probabilities replaced where given (they are saved with the trained model)."""
     config = load_config(source)
     architectures = getattr(config, "architectures", None) or []
     has_head = any(a.endswith("ForSequenceClassification") for a in architectures)
@@ -102,6 +119,8 @@ def load_classifier(source: str | os.PathLike, preset: TaskPreset, *, role: str,
             head="sequence-classification",
             num_labels=preset.num_labels,
             problem_type="regression" if preset.is_regression else "single_label_classification",
+            dropout=dropout,
+            attention_dropout=attention_dropout,
         )
     if not has_head and role == "model":
         warnings.warn(f"{source} has no classification head yet: a new one is trained from scratch", stacklevel=3)

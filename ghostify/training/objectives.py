@@ -12,6 +12,8 @@ from torch import nn
 from ..architectures import get_adapter
 from ..checkpoint import model_record
 from ..errors import GhostifyError
+from ..data.sop import IGNORE
+from ..data.sop import PREFIX as SOP_PREFIX
 from .capture import capture, enable_score_capture
 from .layer_map import LayerMap
 from .loop import Objective
@@ -66,9 +68,10 @@ class DistillWeights:
     attention_weight: float = 0.0
     logit_weight: float = 0.0
     temperature: float = 1.0
+    sop_weight: float = 0.0
 
     def validate(self) -> None:
-        for name in ("emb_weight", "mha_weight", "ffn_weight", "attention_weight", "logit_weight"):
+        for name in ("emb_weight", "mha_weight", "ffn_weight", "attention_weight", "logit_weight", "sop_weight"):
             if getattr(self, name) < 0:
                 raise GhostifyError(f"--{name.replace('_', '-')} {getattr(self, name)} must be >= 0")
         if self.temperature <= 0:
@@ -110,7 +113,8 @@ def _per_application(per_layer: list, applications: list[int]) -> list:
 class DistillObjective(Objective):
     """GhostBERT's ``ℓ_emb + ℓ_mha + ℓ_ffn`` (MSE on the embedding output and on the hidden states
     after every attention and FFN block), plus TinyBERT's attention-score MSE and prediction-layer
-    soft cross-entropy, each weighted. Learned linear maps bridge different hidden sizes."""
+    soft cross-entropy, and ALBERT's sentence-order prediction, each weighted. Learned linear maps
+    bridge different hidden sizes; the SOP classifier reads the student's first-token output."""
 
     def __init__(self, student: nn.Module, teacher: nn.Module, *, weights: DistillWeights, layer_map: LayerMap,
                  regression: bool):
@@ -126,6 +130,8 @@ class DistillObjective(Objective):
         if ds != dt:  # TinyBERT: one map for the embeddings, one shared by all hidden states
             self.projections["embeddings"] = nn.Linear(ds, dt)
             self.projections["hidden"] = nn.Linear(ds, dt)
+        if weights.sop_weight > 0:  # saved with the projections, not part of the student
+            self.projections["sop"] = nn.Linear(ds, 2)
         self.heads = _head_selection(student, teacher, layer_map) if weights.attention_weight > 0 else []
         if weights.attention_weight > 0:
             positions = (model_record(student).ghost or {}).get("settings", {}).get("positions", [])
@@ -141,8 +147,19 @@ class DistillObjective(Objective):
     def _project(self, name: str, x: torch.Tensor) -> torch.Tensor:
         return self.projections[name](x) if name in self.projections else x
 
+    def _sop_loss(self, sop: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Cross-entropy of in-order vs swapped segments, over the examples that have two."""
+        labels = sop.pop("labels")
+        keep = labels != IGNORE
+        if not bool(keep.any()):  # zero, but through the classifier so data-parallel ranks agree
+            return self.projections["sop"].weight.sum() * 0.0
+        inputs = {k: v[keep] for k, v in sop.items()}
+        first = self.student(**inputs, output_hidden_states=True).hidden_states[-1][:, 0]
+        return nn.functional.cross_entropy(self.projections["sop"](first).float(), labels[keep])
+
     def forward(self, batch: dict):
         inputs, _ = _inputs(batch)
+        sop = {k[len(SOP_PREFIX):]: inputs.pop(k) for k in list(inputs) if k.startswith(SOP_PREFIX)}
         mask = inputs["attention_mask"].bool()
         w = self.weights
         scores = w.attention_weight > 0
@@ -153,6 +170,8 @@ class DistillObjective(Objective):
 
         zero = s_out.hidden_states[0].new_zeros(())
         parts = {"emb_loss": zero, "mha_loss": zero, "ffn_loss": zero, "attention_loss": zero, "logit_loss": zero}
+        if w.sop_weight:
+            parts["sop_loss"] = self._sop_loss(sop)
         if w.emb_weight:
             parts["emb_loss"] = masked_mse(self._project("embeddings", s_out.hidden_states[0]), t_out.hidden_states[0], mask)
         for k, (s, t) in enumerate(self.layer_map.pairs):
@@ -174,6 +193,8 @@ class DistillObjective(Objective):
             parts["logit_loss"] = prediction_loss(s_out.logits, t_out.logits, w.temperature, self.regression)
         loss = (w.emb_weight * parts["emb_loss"] + w.mha_weight * parts["mha_loss"] + w.ffn_weight * parts["ffn_loss"]
                 + w.attention_weight * parts["attention_loss"] + w.logit_weight * parts["logit_loss"])
+        if w.sop_weight:
+            loss = loss + w.sop_weight * parts["sop_loss"]
         return loss, {k: v.detach() for k, v in parts.items()}
 
     def extra_state_to_save(self) -> dict[str, torch.Tensor]:

@@ -8,7 +8,7 @@ from ... import steps
 from ...data import DEFAULT_DATASET
 from ..app import app
 from ..console import err
-from ..options import (Metric, CheckpointSteps, Dataset, Epochs, GlobalBatchSize, GradientAccumulation, LabelColumn, LearningRate,
+from ..options import (AttentionDropout, Dropout, Metric, CheckpointSteps, Dataset, Epochs, GlobalBatchSize, GradientAccumulation, LabelColumn, LearningRate,
                        MaxGradNorm, MaxLength, MaxSamples, MixedPrecision, Output, Overwrite, Resume, Seed, Task,
                        Temperature, TextColumns, Train, WarmupRatio, WeightDecay, split_columns)
 from ..summary import print_training
@@ -43,8 +43,11 @@ def distill(
     attention_weight: _weight("--attention-weight", "TinyBERT's attention-score MSE (pre-softmax, padding masked)") = 0.0,
     logit_weight: _weight("--logit-weight", "the prediction-layer soft cross-entropy (MSE for regression)") = 0.0,
     temperature: Temperature = 1.0,
+    sop_weight: _weight("--sop-weight", "ALBERT's sentence-order prediction on sentence pairs or multi-sentence texts (swapped-order negatives)") = 0.0,
     layer_map: Annotated[Optional[str], typer.Option("--layer-map", help="Explicit STUDENT:TEACHER layer pairs, e.g. 1:2,2:4,3:6 (default: one-to-one, or uniform for a shallower student).", show_default=False)] = None,
     train: Train = "all",
+    dropout: Dropout = None,
+    attention_dropout: AttentionDropout = None,
     epochs: Epochs = 3,
     batch_size: GlobalBatchSize = 32,
     learning_rate: LearningRate = 2e-5,
@@ -66,14 +69,17 @@ def distill(
     Layers map one-to-one when depths match, uniformly when the student is shallower, or as
     `--layer-map` says; learned linear maps bridge different hidden sizes (saved apart, in
     `distill_projections.safetensors`). The teacher runs in eval mode without gradients. Labels are
-    not needed, so augmented data (`ghostify augment`) works as `--dataset`. With `--logit-weight`
+    not needed, so augmented data (`ghostify augment`) works as `--dataset`. `--sop-weight` adds
+    ALBERT's sentence-order prediction (a small classifier, saved with the projections) on
+    sentence pairs or texts of two or more sentences. With `--logit-weight`
     the student is evaluated each epoch and the best kept; otherwise the last is written.
     """
     result = steps.distill(
         teacher, student, output, task=task, dataset=dataset, text_columns=split_columns(text_columns),
         label_column=label_column, metric=metric, max_length=max_length, max_samples=max_samples, emb_weight=emb_weight,
         mha_weight=mha_weight, ffn_weight=ffn_weight, attention_weight=attention_weight, logit_weight=logit_weight,
-        temperature=temperature, layer_map=layer_map, train=train, epochs=epochs, batch_size=batch_size,
+        temperature=temperature, sop_weight=sop_weight, layer_map=layer_map, train=train, dropout=dropout,
+        attention_dropout=attention_dropout, epochs=epochs, batch_size=batch_size,
         learning_rate=learning_rate, weight_decay=weight_decay, warmup_ratio=warmup_ratio, max_grad_norm=max_grad_norm,
         gradient_accumulation_steps=gradient_accumulation_steps, mixed_precision=mixed_precision, seed=seed,
         checkpoint_steps=checkpoint_steps, resume=resume, overwrite=overwrite,

@@ -8,7 +8,7 @@ from ... import steps
 from ...data import DEFAULT_DATASET
 from ..app import app
 from ..console import err
-from ..options import (Metric, CheckpointSteps, Dataset, Epochs, GlobalBatchSize, GradientAccumulation, LabelColumn, LearningRate,
+from ..options import (AttentionDropout, Dropout, Metric, CheckpointSteps, Dataset, Epochs, GlobalBatchSize, GradientAccumulation, LabelColumn, LearningRate,
                        MaxGradNorm, MaxLength, MaxSamples, MixedPrecision, Model, Output, Overwrite, Resume, Seed, Task,
                        Temperature, TextColumns, Train, WarmupRatio, WeightDecay, split_columns)
 from ..summary import print_training
@@ -35,6 +35,8 @@ def finetune(
     teacher_weight: Annotated[float, typer.Option("--teacher-weight", help="Weight w of the teacher's soft cross-entropy; the labels get 1 - w.")] = 1.0,
     temperature: Temperature = 1.0,
     train: Train = "all",
+    dropout: Dropout = None,
+    attention_dropout: AttentionDropout = None,
     epochs: Epochs = 3,
     batch_size: GlobalBatchSize = 32,
     learning_rate: LearningRate = 2e-5,
@@ -58,7 +60,7 @@ def finetune(
     result = steps.finetune(
         model, output, task=task, dataset=dataset, text_columns=split_columns(text_columns), label_column=label_column, metric=metric,
         max_length=max_length, max_samples=max_samples, teacher=teacher, teacher_weight=teacher_weight,
-        temperature=temperature, train=train, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
+        temperature=temperature, train=train, dropout=dropout, attention_dropout=attention_dropout, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
         weight_decay=weight_decay, warmup_ratio=warmup_ratio, max_grad_norm=max_grad_norm,
         gradient_accumulation_steps=gradient_accumulation_steps, mixed_precision=mixed_precision, seed=seed,
         checkpoint_steps=checkpoint_steps, resume=resume, overwrite=overwrite,
