@@ -24,8 +24,12 @@ from torch import nn
 from .architectures import get_adapter
 from .errors import CheckpointError, GhostifyError
 from .record import RECORD_KEY, GhostifyRecord
+from .embeddings import restore_embeddings
 from .ghost import restore_ghosts
+from .grouped import restore_grouped
 from .pruning.surgery import apply_structure, dense_record
+from .references import restore_references, write_references
+from .sharing import restore_sharing
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +158,12 @@ def load_model(
     # Rebuild every recorded structural change before the strict load, in this fixed order:
     # sharing (so the later steps see the distinct layers), pruning, grouped layers, ghosts,
     # factorised embeddings, reference attention. Each is a no-op when its record is None.
+    restore_sharing(model, adapter, record)  # shared layers of record.sharing (one module per group)
     apply_structure(model, adapter, record)
+    restore_grouped(model, adapter, record)  # grouped layers of record.grouped (after pruning: its widths)
     restore_ghosts(model, adapter, record)  # ghost modules of record.ghost, before the strict load
+    restore_embeddings(model, record)  # factorised word embeddings of record.embeddings
+    restore_references(model, record, source)  # reference attention and its store (record.references)
     _load_weights_strictly(model, weights, expected_class=_auto_class(config, None))
     model.eval()
     return model
@@ -176,7 +184,8 @@ def _load_weights_strictly(model: nn.Module, path: Path, expected_class) -> None
         raise CheckpointError(f"corrupt weights file {path}: {exc}; re-create the checkpoint") from exc
     own = model.state_dict()
     tied = set(getattr(model, "all_tied_weights_keys", {}) or {})
-    missing = [k for k in own if k not in state and k not in tied]
+    aliases = alias_keys(model)  # filled through the shared modules (share-layers)
+    missing = [k for k in own if k not in state and k not in tied and k not in aliases]
     unexpected = [k for k in state if k not in own]
     if type(model) is not expected_class:
         prefix = model.base_model_prefix + "."
@@ -315,17 +324,37 @@ def write_checkpoint(
     """The files of a checkpoint, into an existing directory (callers provide the atomicity)."""
     from safetensors.torch import save_file
 
+    write_references(model, directory, record)  # the reference store; completes record.references
     config = model.config
     setattr(config, RECORD_KEY, record.to_dict())
     config.architectures = [type(model).__name__]
     config.save_pretrained(directory)
-    tied = set(getattr(model, "all_tied_weights_keys", {}) or {})
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in tied}
+    skip = set(getattr(model, "all_tied_weights_keys", {}) or {}) | set(alias_keys(model))  # each tensor once
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in skip}
     save_file(_unshare(state), str(directory / WEIGHTS_NAME), metadata={"format": "pt"})
     if tokenizer_source is not None:
         copy_tokenizer(tokenizer_source, directory)
     for name, writer in (extra_files or {}).items():
         writer(directory / name)
+
+
+def alias_keys(model: nn.Module) -> dict[str, str]:
+    """State-dict keys that name a parameter or buffer already listed under an earlier key
+    (a layer module shared by several steps, a tied weight), each mapped to that earlier key.
+
+    They are not written: loading the earlier key fills them, since the rebuilt model shares the
+    same module or tensor."""
+    tied = set(getattr(model, "all_tied_weights_keys", {}) or {})
+    # the targets of transformers' ties come last, so that their sources stay the stored keys
+    items = sorted(model.state_dict(keep_vars=True).items(), key=lambda item: item[0] in tied)
+    first: dict[int, str] = {}
+    aliases = {}
+    for key, value in items:
+        if id(value) in first:
+            aliases[key] = first[id(value)]
+        else:
+            first[id(value)] = key
+    return aliases
 
 
 def _unshare(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -19,6 +19,11 @@ HEADS = ["base", "sequence-classification", "token-classification", "question-an
 SDPA_FAMILIES = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "albert"]
 
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # one intra-op thread per test process: -n 2 workers with 2 threads each oversubscribe 2 cores
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)

@@ -63,7 +63,10 @@ def _tiny_overrides(tiny: Path, path: Path) -> list[str]:
         "finetune": ["max_samples=32", "epochs=1", "batch_size=16"],
         "distill": ["max_samples=32", "epochs=1", "batch_size=16"],
         "importance": ["samples=16"],
+        "group-linear": ["groups=2", "modules=qkv"],  # the tiny FFN width (37) is prime
         "augment": [f"mlm={tiny / 'mlm'}", "max_samples=8", "per_example=2"],
+        "factorize-embeddings": ["rank=8"],  # the tiny model's embeddings are 32 wide
+        "share-layers": ["groups=1"],  # the tiny model has 2 layers
     }.items():
         if command in commands:
             overrides += [f"{command}.{s}" for s in settings]

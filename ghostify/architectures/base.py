@@ -74,14 +74,38 @@ class ArchitectureAdapter(ABC):
                 for attr in attrs:
                     setattr(config, attr, float(value))
 
+    def vocab_size(self, config) -> int:
+        return int(config.vocab_size)
+
+    def embedding_width(self, config) -> int:
+        """Columns of the word-embedding matrix (ALBERT, ELECTRA: a smaller embedding size)."""
+        return self.hidden_size(config)
+
+    def num_layers(self, config) -> int:
+        """Layer applications in one forward pass (the depth, shared layers counted each time)."""
+        return int(config.num_hidden_layers)
+
     # ----- module access ---------------------------------------------------------------------
+    def applied_layers(self, model: nn.Module) -> list[nn.Module]:
+        """The encoder layer run at each step of one forward pass, in order: a layer shared by
+        several steps (``share-layers``, ALBERT) appears once per step, as the same object."""
+        return list(model.base_model.get_submodule(self.layers_path))
+
     def layers(self, model: nn.Module) -> list[nn.Module]:
         """The distinct parameterised encoder layers, in order of first application."""
-        return list(model.base_model.get_submodule(self.layers_path))
+        return list({id(layer): layer for layer in self.applied_layers(model)}.values())
 
     def layer_applications(self, model: nn.Module) -> list[int]:
         """How often each layer of :meth:`layers` runs in one forward pass (1 unless shared)."""
-        return [1] * len(self.layers(model))
+        counts: dict[int, int] = {}
+        for layer in self.applied_layers(model):
+            counts[id(layer)] = counts.get(id(layer), 0) + 1
+        return list(counts.values())
+
+    def layer_order(self, model: nn.Module) -> list[int]:
+        """For each step of one forward pass, the index in :meth:`layers` of the layer it runs."""
+        index: dict[int, int] = {}
+        return [index.setdefault(id(layer), len(index)) for layer in self.applied_layers(model)]
 
     def embedding_modules(self, model: nn.Module) -> list[nn.Module]:
         base = model.base_model
@@ -108,6 +132,69 @@ class ArchitectureAdapter(ABC):
         for attr in self.head_width_attrs:
             if hasattr(attention, attr):
                 setattr(attention, attr, len(head_index) * head_size)
+
+    # ----- cross-layer sharing (share-layers) -----------------------------------------------
+    def sharing_groups(self, config, groups: int) -> list[list[int]]:
+        """Split the ``num_layers`` steps into ``groups`` contiguous groups; sizes differ by at
+        most one, the larger groups first (12 steps in 5 groups: 3, 3, 2, 2, 2)."""
+        depth = self.num_layers(config)
+        if not 1 <= groups <= depth:
+            from ..errors import GhostifyError
+
+            raise GhostifyError(f"--groups {groups} must be between 1 and the model's {depth} layers")
+        size, extra = divmod(depth, groups)
+        out, start = [], 0
+        for g in range(groups):
+            end = start + size + (1 if g < extra else 0)
+            out.append(list(range(start, end)))
+            start = end
+        return out
+
+    def share_layers(self, model: nn.Module, groups: list[list[int]], init: str) -> None:
+        """Make the steps of each group run ONE layer module, initialised from the group's layers
+        (``mean``: element-wise mean over its steps; ``first``: its first layer)."""
+        from ..sharing import group_state
+
+        slots = model.base_model.get_submodule(self.layers_path)
+        current = list(slots)
+        states = [group_state([current[i] for i in group], init) for group in groups]
+        used: set[int] = set()
+        for group, state in zip(groups, states):
+            target = current[group[0]]
+            if id(target) in used:  # an earlier group keeps this module: split it off
+                import copy
+
+                target = copy.deepcopy(target)
+            used.add(id(target))
+            if state is not None:
+                target.load_state_dict(state)
+            for i in group:
+                slots[i] = target
+
+    def restore_sharing(self, model: nn.Module, groups: list[list[int]]) -> None:
+        """Rebuild recorded sharing on a freshly built model (weights are loaded afterwards)."""
+        slots = model.base_model.get_submodule(self.layers_path)
+        if sum(len(g) for g in groups) != len(slots):
+            from ..errors import CheckpointError
+
+            raise CheckpointError(
+                f"the sharing record covers {sum(len(g) for g in groups)} layers but the config builds {len(slots)}; "
+                "the checkpoint's config.json was edited or is corrupt"
+            )
+        for group in groups:
+            for i in group[1:]:
+                slots[i] = slots[group[0]]
+
+    def install_reference_attention(self, attention: nn.Module) -> None:
+        """Make the first layer's ``attention`` module attend to references too (RefBERT): through
+        a registered attention function here; families that compute attention themselves override."""
+        if not self.uses_attention_interface:
+            from ..errors import GhostifyError
+
+            raise GhostifyError(f"reference attention is not implemented for {type(self).__name__}")
+        from ..references.attention import use_reference_attention
+
+        use_reference_attention(attention)
 
     def paths_for_layer(self, layer: nn.Module) -> LayerPaths:
         return self._paths

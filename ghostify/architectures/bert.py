@@ -34,3 +34,6 @@ class ElectraAdapter(BertAdapter):
     model_types = ("electra",)
     dropout_attrs = ("hidden_dropout_prob", "classifier_dropout", "summary_last_dropout")
     embedding_paths = ("embeddings", "embeddings_project")
+
+    def embedding_width(self, config) -> int:
+        return int(config.embedding_size or config.hidden_size)

@@ -19,6 +19,9 @@ class DistilBertAdapter(ArchitectureAdapter):
     def hidden_size(self, config) -> int:
         return int(config.dim)
 
+    def num_layers(self, config) -> int:
+        return int(config.n_layers)
+
     def head_size(self, config) -> int:
         return int(config.dim) // int(config.n_heads)
 

@@ -17,7 +17,7 @@ from ..architectures import ArchitectureAdapter, get_adapter
 from ..errors import CheckpointError, GhostifyError
 from .attention import AttentionConfigView, register_ghost_attention
 from .context import GhostContext
-from .modules import GhostColumns, GhostConv, GhostLinear, GhostMapConv, GhostValue
+from .modules import GhostColumns, GhostConv, GhostLinear, GhostMapConv, GhostValue, ghost_projection
 from .settings import ATTENTION_POSITIONS, GhostSettings
 
 GHOST_RECORD_FORMAT = 1
@@ -231,17 +231,17 @@ def _plan_layer(adapter: ArchitectureAdapter, config: Any, layer: nn.Module, ind
                                    dtype=o_proj.weight.dtype)
     if "o" in positions or ghost_heads is not None:
         ghost = build.conv(o_proj.out_features, o_proj, parts=parts) if "o" in positions else None
-        edits.append(_Edit(layer, paths.attention_output, GhostLinear(o_proj, context, ghost, parts=parts, ghost_heads=ghost_heads)))
+        edits.append(_Edit(layer, paths.attention_output, ghost_projection(o_proj, context, ghost, parts=parts, ghost_heads=ghost_heads)))
     if "qk" in positions:
         _attention(adapter, layer, paths.attention, index)
         edits.append(_Edit(layer, paths.attention, build.maps(parts, query), child="ghost_qk"))
     if "ffn1" in positions:
         up = _linear(adapter, layer, paths.ffn_up, index)
-        edits.append(_Edit(layer, paths.ffn_up, GhostLinear(up, context, build.conv(up.out_features, up))))
+        edits.append(_Edit(layer, paths.ffn_up, ghost_projection(up, context, build.conv(up.out_features, up))))
     if "ffn2" in positions:
         down = _linear(adapter, layer, paths.ffn_down, index)
         ghost = build.conv(down.out_features, down, parts=parts)
-        edits.append(_Edit(layer, paths.ffn_down, GhostLinear(down, context, ghost, parts=parts)))
+        edits.append(_Edit(layer, paths.ffn_down, ghost_projection(down, context, ghost, parts=parts)))
     return edits
 
 
@@ -269,7 +269,9 @@ def _linear(adapter: ArchitectureAdapter, layer: nn.Module, path: str, index: in
         raise GhostifyError(f"layer {index} has no submodule {path!r}; the model does not match its family's layout") from exc
     if isinstance(module, GhostLinear):
         raise GhostifyError(f"layer {index}: {path} already has ghost modules; attach to the model without them")
-    if not isinstance(module, nn.Linear):
+    from ..grouped import GroupedLinear
+
+    if not isinstance(module, (nn.Linear, GroupedLinear)):
         raise GhostifyError(f"layer {index}: {path} is a {type(module).__name__}, not a Linear; ghost modules wrap Linear projections")
     return module
 

@@ -318,7 +318,7 @@ class GhostLinear(nn.Linear):
             parts = self._per_part(x)
             y = parts.sum(2)
         else:
-            y = F.linear(x, self.weight, self.bias)
+            y = self._project(x)
         if extra is not None:
             y = y + self.ghost_heads(extra)
         if self.ghost is None:
@@ -332,6 +332,10 @@ class GhostLinear(nn.Linear):
             return y + g.reshape(y.shape)
         g = self.ghost(inp, keep).reshape(y.shape)  # a fresh tensor: the convolution's output
         return g.add_(y)  # inference: reuse the ghost buffer instead of allocating the sum
+
+    def _project(self, x: torch.Tensor) -> torch.Tensor:
+        """The wrapped projection (a grouped one overrides this)."""
+        return F.linear(x, self.weight, self.bias)
 
     def _per_part(self, x: torch.Tensor) -> torch.Tensor:
         """(batch, seq, in) -> (batch, seq, parts, out): each head's (or FFN fold's) contribution."""
@@ -350,3 +354,43 @@ class GhostLinear(nn.Linear):
     def extra_repr(self) -> str:
         text = super().extra_repr()
         return text + (f", parts={self.parts}" if self.parts > 1 else "")
+
+
+class GhostGroupedLinear(GhostLinear):
+    """A grouped projection (``ghostify group-linear``) followed by its ghost features: the same
+    parameters, index buffers and state-dict keys as the :class:`~ghostify.grouped.GroupedLinear`
+    it wraps. One kernel for the whole output only (a per-head split of a block-diagonal weight
+    is not defined)."""
+
+    def __init__(self, base, context: GhostContext, ghost: GhostConv | None = None, *, parts: int = 1,
+                 ghost_heads: GhostColumns | None = None) -> None:
+        if parts > 1:
+            from ..errors import GhostifyError
+
+            raise GhostifyError(
+                "--per-head splits a projection's weight by heads, which a grouped projection (group-linear) does not "
+                "have; attach-ghost without --per-head, or group fewer --modules"
+            )
+        super().__init__(base, context, ghost, parts=parts, ghost_heads=ghost_heads)
+        self.groups = base.groups
+        self.shared_gather = base.shared_gather
+        self.register_buffer("input_index", base.input_index)
+        self.register_buffer("output_index", base.output_index)
+
+    def _project(self, x: torch.Tensor) -> torch.Tensor:
+        from ..grouped import GroupedLinear
+
+        return GroupedLinear.forward(self, x)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", groups={self.groups}"
+
+
+def ghost_projection(base: nn.Module, context: GhostContext, ghost: GhostConv | None = None, *, parts: int = 1,
+                     ghost_heads: GhostColumns | None = None) -> GhostLinear:
+    """The ghost wrapper for a dense or a grouped projection."""
+    from ..grouped import GroupedLinear
+
+    if isinstance(base, GroupedLinear):
+        return GhostGroupedLinear(base, context, ghost, parts=parts, ghost_heads=ghost_heads)
+    return GhostLinear(base, context, ghost, parts=parts, ghost_heads=ghost_heads)

@@ -45,6 +45,8 @@ def prune(
     adapter = get_adapter(model.config)
     if record.ghost:
         raise GhostifyError("the model already has ghost modules; prune before attach-ghost (the paper's order)")
+    if record.grouped:
+        raise GhostifyError("the model has grouped layers (group-linear); prune before group-linear: prune the checkpoint it was made from")
     selection = select(
         scores.heads,
         scores.ffn,

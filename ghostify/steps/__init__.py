@@ -4,9 +4,12 @@ from .attach_ghost import attach_ghost
 from .augment import augment
 from .distill import distill
 from .evaluate import evaluate
+from .factorize_embeddings import factorize_embeddings
 from .finetune import finetune
+from .group_linear import group_linear
 from .importance import importance
 from .info import info
 from .prune import prune
+from .share_layers import share_layers
 
-__all__ = ["attach_ghost", "augment", "distill", "evaluate", "finetune", "importance", "info", "prune"]
+__all__ = ["attach_ghost", "augment", "distill", "evaluate", "factorize_embeddings", "finetune", "group_linear", "importance", "info", "prune", "share_layers"]

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..architectures import get_adapter
 from ..checkpoint import check_output_dir
+from ..references.distill import ReferenceDistillObjective, check_reference_options, prepare_references
 from ..data import DEFAULT_DATASET
 from ..training.layer_map import build_layer_map
 from ..training.loop import TrainResult, TrainSettings
@@ -35,6 +36,8 @@ def distill(
     logit_weight: float = 0.0,
     temperature: float = 1.0,
     sop_weight: float = 0.0,
+    references: bool = False,
+    reference_delta: float = 0.01,
     layer_map: str | None = None,
     train: str = "all",
     dropout: float | None = None,
@@ -60,6 +63,9 @@ def distill(
     ``distill_projections.safetensors`` next to the student (with the SOP classifier when
     ``sop_weight > 0``: ALBERT's sentence-order prediction on pairs or multi-sentence texts).
     ``dropout`` / ``attention_dropout`` replace the student's dropout probabilities.
+    ``references`` (RefBERT): the student's first layer also attends to the teacher's pre-computed
+    representations of the most similar other training example, with weights shifted by
+    ``reference_delta``; the store is saved in the output (``references.safetensors``).
 
     Example:
         >>> distill("out/teacher", "out/ghost", "out/distilled", task="sst2")  # doctest: +SKIP
@@ -74,6 +80,7 @@ def distill(
                              sop_weight=sop_weight)
     weights.validate()
     check_dropout(dropout, attention_dropout)
+    check_reference_options(references, reference_delta, sop_weight)
     check_output_dir(output, overwrite=overwrite or resume, inputs=(teacher, student))
     data = task_inputs(student, dataset=dataset, task=task, text_columns=text_columns, label_column=label_column, metric=metric,
                        max_length=max_length, max_samples=max_samples, seed=seed, evaluate=logit_weight > 0,
@@ -81,17 +88,24 @@ def distill(
     teacher_model = load_classifier(teacher, data.preset, role="teacher", need_trained_head=logit_weight > 0)
     student_model = load_classifier(student, data.preset, role="student", need_trained_head=False, dropout=dropout,
                                     attention_dropout=attention_dropout)
+    train_rows, reference_module = data.train_rows, None
+    if references:  # before set_trainable: the teacher→student map is part of the student
+        train_rows, reference_module = prepare_references(student_model, teacher_model, data.train_rows, data.collate,
+                                                          delta=reference_delta, teacher_source=str(teacher))
     set_trainable(student_model, train)
     mapping = build_layer_map(_depth(student_model), _depth(teacher_model), layer_map)
     objective = DistillObjective(student_model, teacher_model, weights=weights, layer_map=mapping,
-                                 regression=data.preset.is_regression)
+                                 regression=data.preset.is_regression) if not references else \
+        ReferenceDistillObjective(student_model, teacher_model, weights=weights, layer_map=mapping,
+                                  regression=data.preset.is_regression, references=reference_module)
     arguments: dict[str, Any] = {
         "teacher": str(teacher), "student": str(student), "task": data.preset.name, "dataset": dataset,
         "layer_map": mapping.describe(), "train": train, "max_samples": max_samples, "max_length": max_length,
         "dropout": dropout, "attention_dropout": attention_dropout,
+        **({"references": True, "reference_delta": reference_delta} if references else {}),
         **vars(weights), **vars(settings),
     }
-    return run_training(objective, data.train_rows, data.collate, settings, output,
+    return run_training(objective, train_rows, data.collate, settings, output,
                  student_saver(student_model, "distill", arguments, student), evaluation=data.evaluation,
                  identity={**data.identity, "arguments": _plain(arguments)},
                  resume=resume, overwrite=overwrite, on_step=on_step, describe="distill")

@@ -7,6 +7,7 @@ from typing import Any
 
 from torch.utils.flop_counter import FlopCounterMode
 
+from ..architectures import get_adapter
 from ..checkpoint import load_model, model_record
 from ..flops import measure
 from ..ghost import ghost_flops, ghost_params
@@ -14,7 +15,9 @@ from ..ghost import ghost_flops, ghost_params
 
 def info(model: str | os.PathLike, *, seq_len: int = 128) -> dict[str, Any]:
     """Parameters, FLOPs (batch 1, ``seq_len`` tokens, embedding lookup excluded), heads and FFN
-    size per layer, ghost settings and history, as one JSON-ready dict. ``ghost_params`` and
+    size per distinct layer (shared layers and parameters counted once; ``layer_applications``
+    says how often each layer runs), ghost settings, factorised embeddings, sharing and history,
+    as one JSON-ready dict. ``ghost_params`` and
     ``ghost_flops`` are the ghost modules' share, already included in ``params`` and ``flops``.
 
     Example:
@@ -30,6 +33,8 @@ def info(model: str | os.PathLike, *, seq_len: int = 128) -> dict[str, Any]:
         "model_type": net.config.model_type,
         "class": type(net).__name__,
         **size.as_dict(),
+        # distill --references: the pre-computed store the student reads at inference, beside its parameters
+        "reference_store": _reference_store(net),
         "ghost_params": ghost_params(net),
         "ghost_flops": ghost_flops(counter.get_flop_counts()),
         "seq_len": seq_len,
@@ -38,5 +43,19 @@ def info(model: str | os.PathLike, *, seq_len: int = 128) -> dict[str, Any]:
         "ffn_per_layer": list(record.ffn),
         "kept_heads": record.heads,
         "ghost": record.ghost,
+        "grouped": record.grouped,  # group-linear: groups, modules, kept weight norm
+        "embeddings": record.embeddings,  # factorize-embeddings: rank, error, parameters saved
+        "sharing": record.sharing,  # share-layers: groups (ALBERT's own sharing shows in layer_applications)
+        "layer_applications": get_adapter(net.config).layer_applications(net),
         "history": record.history,
     }
+
+
+def _reference_store(net) -> dict[str, Any] | None:
+    from ..references import find_references
+
+    module = find_references(net)
+    if module is None or module.offsets is None:
+        return None
+    return {"bytes": module.store_bytes(), "entries": module.entries, "tokens": int(module.offsets[-1]),
+            "delta": module.delta, "retrieval_agreement": module.agreement}

@@ -67,6 +67,13 @@ def prune(
 def _check_widths(config, heads_width, allocation: str) -> None:
     """Fail before loading any weights when the settings cannot work."""
     from ..architectures import get_adapter
+    from ..checkpoint import read_record
+
+    record = read_record(config)
+    if record is not None and record.grouped:
+        raise GhostifyError(
+            "the model has grouped layers (group-linear); prune before group-linear: prune the checkpoint it was made from"
+        )
     from ..pruning.allocation import heads_for_width
 
     num_heads = get_adapter(config).num_heads(config)

@@ -43,6 +43,14 @@ def _capturing_attention(module, query, key, value, attention_mask, scaling=None
     return output, probs
 
 
+def record_scores(scores: torch.Tensor) -> None:
+    """Record pre-softmax scores from an attention function other than the capturing one
+    (reference attention records its input's own columns) while scores are being captured."""
+    sink = _score_sink.get()
+    if sink is not None:
+        sink.append(scores)
+
+
 def register_capture_attention() -> str:
     """Register the capturing attention function (and its eager-style mask) once."""
     global _registered

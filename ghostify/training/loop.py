@@ -144,7 +144,7 @@ def train(
     ``identity`` describes the inputs (models, data) so that ``resume`` refuses a different run.
     """
     from accelerate import Accelerator
-    from accelerate.utils import DataLoaderConfiguration, set_seed
+    from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, set_seed
     from transformers import get_linear_schedule_with_warmup
 
     settings.validate()
@@ -155,6 +155,9 @@ def train(
         mixed_precision=settings.mixed_precision,
         gradient_accumulation_steps=settings.gradient_accumulation_steps,
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
+        # encoders have no running statistics; their buffers (position ids, a reference store of
+        # many MB) are the same on every process, so broadcasting them each step only costs time
+        kwargs_handlers=[DistributedDataParallelKwargs(broadcast_buffers=False)],
     )
     main = accelerator.is_main_process
     try:

@@ -92,8 +92,8 @@ def _head_selection(student: nn.Module, teacher: nn.Module, layer_map: LayerMap)
     equal head counts compare one-to-one, and different counts compare head-averaged scores (None).
     """
     s_adapter, t_adapter = get_adapter(student.config), get_adapter(teacher.config)
-    s_heads = _per_application(model_record(student).heads, s_adapter.layer_applications(student))
-    t_heads = _per_application(model_record(teacher).heads, t_adapter.layer_applications(teacher))
+    s_heads = _per_application(model_record(student).heads, s_adapter.layer_order(student))
+    t_heads = _per_application(model_record(teacher).heads, t_adapter.layer_order(teacher))
     selection: list[torch.Tensor | None] = []
     for s, t in layer_map.pairs:
         mine, theirs = s_heads[s - 1], t_heads[t - 1]
@@ -106,8 +106,9 @@ def _head_selection(student: nn.Module, teacher: nn.Module, layer_map: LayerMap)
     return selection
 
 
-def _per_application(per_layer: list, applications: list[int]) -> list:
-    return [item for item, n in zip(per_layer, applications) for _ in range(n)]
+def _per_application(per_layer: list, order: list[int]) -> list:
+    """Per-distinct-layer items, one per layer application in the order the layers run."""
+    return [per_layer[i] for i in order]
 
 
 class DistillObjective(Objective):

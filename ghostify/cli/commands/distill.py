@@ -44,6 +44,8 @@ def distill(
     logit_weight: _weight("--logit-weight", "the prediction-layer soft cross-entropy (MSE for regression)") = 0.0,
     temperature: Temperature = 1.0,
     sop_weight: _weight("--sop-weight", "ALBERT's sentence-order prediction on sentence pairs or multi-sentence texts (swapped-order negatives)") = 0.0,
+    references: Annotated[bool, typer.Option("--references/--no-references", help="RefBERT: the student's first layer also attends to the teacher's pre-computed representations of the most similar other training example (store saved in the output; retrieved without the teacher at inference).")] = False,
+    reference_delta: Annotated[float, typer.Option("--reference-delta", help="RefBERT's δ subtracted from the first layer's attention weights at real key positions, in (0, 1).")] = 0.01,
     layer_map: Annotated[Optional[str], typer.Option("--layer-map", help="Explicit STUDENT:TEACHER layer pairs, e.g. 1:2,2:4,3:6 (default: one-to-one, or uniform for a shallower student).", show_default=False)] = None,
     train: Train = "all",
     dropout: Dropout = None,
@@ -78,11 +80,18 @@ def distill(
         teacher, student, output, task=task, dataset=dataset, text_columns=split_columns(text_columns),
         label_column=label_column, metric=metric, max_length=max_length, max_samples=max_samples, emb_weight=emb_weight,
         mha_weight=mha_weight, ffn_weight=ffn_weight, attention_weight=attention_weight, logit_weight=logit_weight,
-        temperature=temperature, sop_weight=sop_weight, layer_map=layer_map, train=train, dropout=dropout,
+        temperature=temperature, sop_weight=sop_weight, references=references, reference_delta=reference_delta,
+        layer_map=layer_map, train=train, dropout=dropout,
         attention_dropout=attention_dropout, epochs=epochs, batch_size=batch_size,
         learning_rate=learning_rate, weight_decay=weight_decay, warmup_ratio=warmup_ratio, max_grad_norm=max_grad_norm,
         gradient_accumulation_steps=gradient_accumulation_steps, mixed_precision=mixed_precision, seed=seed,
         checkpoint_steps=checkpoint_steps, resume=resume, overwrite=overwrite,
     )
     print_training(result)
+    if references:
+        from ...checkpoint import load_config, read_record
+
+        data = read_record(load_config(output)).references
+        err.print(f"references: {data['entries']} entries, {data['bytes'] / 2**20:.1f} MiB store, retrieval agreement "
+                  f"with the teacher's choice {data['retrieval']['agreement']:.3f}")
     err.print(f"wrote {output}")
