@@ -17,7 +17,7 @@ LabelColumn = Annotated[Optional[str], typer.Option("--label-column", help="Labe
 Metric = Annotated[Optional[str], typer.Option("--metric", help="accuracy, f1_accuracy, matthews or pearson_spearman (default: the task's; for other datasets accuracy, or Pearson/Spearman for regression).", show_default=False)]
 MaxLength = Annotated[int, typer.Option("--max-length", min=8, help="Truncate inputs to this many tokens.")]
 BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Examples per batch.")]
-Seed = Annotated[int, typer.Option("--seed", help="Random seed (sample selection, label-free sampling).")]
+Seed = Annotated[int, typer.Option("--seed", help="Random seed of everything the command draws: sample selection, new heads and modules, data order, dropout.")]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of tables.")]
 
 

@@ -15,6 +15,7 @@ from torch import nn
 
 from ..architectures import ArchitectureAdapter, get_adapter
 from ..errors import CheckpointError, GhostifyError
+from ..seeding import generator
 from .attention import AttentionConfigView, register_ghost_attention
 from .context import GhostContext
 from .modules import GhostColumns, GhostConv, GhostLinear, GhostMapConv, GhostValue, ghost_projection
@@ -37,7 +38,7 @@ class _Edit:
     child: str | None = None  # set: add ``module`` as this child of the module at ``path``
 
 
-def attach_ghosts(model: nn.Module, settings: GhostSettings | None = None) -> list[str]:
+def attach_ghosts(model: nn.Module, settings: GhostSettings | None = None, *, seed: int = 0) -> list[str]:
     """Attach ghost modules to every encoder layer of ``model`` in place.
 
     Returns the names of the new parameters, relative to ``model.base_model`` (the names the
@@ -53,7 +54,7 @@ def attach_ghosts(model: nn.Module, settings: GhostSettings | None = None) -> li
     """
     settings = settings or GhostSettings()
     adapter = get_adapter(model.config)
-    _install(model, adapter, settings)
+    _install(model, adapter, settings, seed)
     return ghost_parameter_names(model.base_model)
 
 
@@ -74,7 +75,7 @@ def restore_ghosts(model: nn.Module, adapter: ArchitectureAdapter, record: Any) 
         settings = GhostSettings.from_dict(ghost["settings"])
     except GhostifyError as exc:
         raise CheckpointError(f"corrupt ghost settings in {source}: {exc}") from exc
-    _install(model, adapter, settings)
+    _install(model, adapter, settings, seed=0)  # initial values are overwritten by the strict load
     listed = ghost.get("parameters")
     built = ghost_parameter_names(model.base_model)
     if listed is not None and sorted(listed) != sorted(built):
@@ -152,7 +153,7 @@ def has_ghosts(model: nn.Module) -> bool:
 # ----------------------------------------------------------------------------------------------
 # planning and installing
 # ----------------------------------------------------------------------------------------------
-def _install(model: nn.Module, adapter: ArchitectureAdapter, settings: GhostSettings) -> None:
+def _install(model: nn.Module, adapter: ArchitectureAdapter, settings: GhostSettings, seed: int) -> None:
     """Plan every change (resolving and checking all targets, building all modules), then apply."""
     if has_ghosts(model):
         raise GhostifyError(
@@ -162,7 +163,7 @@ def _install(model: nn.Module, adapter: ArchitectureAdapter, settings: GhostSett
     config = model.config
     check_family(adapter, settings, getattr(config, "model_type", "?"))
     context = GhostContext.for_encoder(model.base_model)
-    build = _Builder(settings, context)
+    build = _Builder(settings, context, seed)
     edits = [edit for index, layer in enumerate(adapter.layers(model)) for edit in _plan_layer(adapter, config, layer, index, build)]
     if "v" in settings.positions and not any(edit.child == "ghost_v" for edit in edits):
         raise no_pruned_heads(adapter.num_heads(config))
@@ -182,12 +183,12 @@ def _install(model: nn.Module, adapter: ArchitectureAdapter, settings: GhostSett
 
 
 class _Builder:
-    """Builds the ghost modules of one attach call, with one seeded generator for all kernels
-    (deterministic initial values for F > 1 and ghost heads)."""
+    """Builds the ghost modules of one attach call, with one generator seeded from the command's
+    seed for all kernels (deterministic initial values for F > 1 and ghost heads)."""
 
-    def __init__(self, settings: GhostSettings, context: GhostContext) -> None:
+    def __init__(self, settings: GhostSettings, context: GhostContext, seed: int) -> None:
         self.settings, self.context = settings, context
-        self.generator = torch.Generator().manual_seed(0)
+        self.generator = generator(seed)
 
     def conv(self, channels: int, like: nn.Linear, *, parts: int = 1, outputs: int = 1) -> GhostConv:
         s = self.settings

@@ -12,6 +12,7 @@ from ..ghost import GhostSettings, attach_ghosts, ghost_record
 from ..ghost.inject import check_family, no_pruned_heads
 from ..ghost.settings import DEFAULT_POSITIONS
 from ..record import GhostifyRecord, history_entry
+from ..seeding import check_seed
 
 
 def attach_ghost(
@@ -25,6 +26,7 @@ def attach_ghost(
     per_head: bool = False,
     conv: str = "dwconv",
     positions: str | Sequence[str] = DEFAULT_POSITIONS,
+    seed: int = 0,
     overwrite: bool = False,
 ) -> GhostifyRecord:
     """Attach ghost modules to ``model`` (pruned or not) and write it to ``output``.
@@ -46,14 +48,15 @@ def attach_ghost(
         conv=conv,
         positions=positions,
     )
+    check_seed(seed)
     out = check_output_dir(output, overwrite=overwrite, inputs=(model,))
     config = load_config(model)
     _check_model(config, settings)
     net = load_model(model)
     record = model_record(net)
-    attach_ghosts(net, settings)
+    attach_ghosts(net, settings, seed=seed)
     record.ghost = ghost_record(net, settings)
-    record.history.append(history_entry("attach-ghost", {"model": str(model), **settings.to_dict()}))
+    record.history.append(history_entry("attach-ghost", {"model": str(model), **settings.to_dict(), "seed": seed}))
     save_checkpoint(net, out, record, tokenizer_source=model, overwrite=overwrite)
     return record
 

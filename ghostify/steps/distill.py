@@ -9,6 +9,7 @@ from ..architectures import get_adapter
 from ..checkpoint import check_output_dir
 from ..references.distill import ReferenceDistillObjective, check_reference_options, prepare_references
 from ..data import DEFAULT_DATASET
+from ..seeding import seed_everything
 from ..training.layer_map import build_layer_map
 from ..training.loop import TrainResult, TrainSettings
 from ..training.loop import train as run_training
@@ -82,6 +83,7 @@ def distill(
     check_dropout(dropout, attention_dropout)
     check_reference_options(references, reference_delta, sop_weight)
     check_output_dir(output, overwrite=overwrite or resume, inputs=(teacher, student))
+    seed_everything(seed)  # before new heads, projections, the SOP classifier and the reference map are drawn
     data = task_inputs(student, dataset=dataset, task=task, text_columns=text_columns, label_column=label_column, metric=metric,
                        max_length=max_length, max_samples=max_samples, seed=seed, evaluate=logit_weight > 0,
                        require_labels=False, sop=sop_weight > 0)

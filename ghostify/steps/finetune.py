@@ -9,6 +9,7 @@ from ..checkpoint import check_output_dir
 from ..data import DEFAULT_DATASET
 from ..training.loop import TrainResult, TrainSettings
 from ..training.loop import train as run_training
+from ..seeding import seed_everything
 from ..training.objectives import FinetuneObjective
 from .training_common import check_dropout, load_classifier, set_trainable, student_saver, task_inputs
 
@@ -60,6 +61,7 @@ def finetune(
     _check_weight(teacher_weight, temperature)
     check_dropout(dropout, attention_dropout)
     check_output_dir(output, overwrite=overwrite or resume, inputs=(model, teacher))
+    seed_everything(seed)  # before the task head, if new, is drawn
     data = task_inputs(model, dataset=dataset, task=task, text_columns=text_columns, label_column=label_column, metric=metric,
                        max_length=max_length, max_samples=max_samples, seed=seed, evaluate=True)
     student = load_classifier(model, data.preset, role="model", need_trained_head=False, dropout=dropout,

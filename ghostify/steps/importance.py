@@ -11,6 +11,7 @@ from ..data import DEFAULT_DATASET, batches, load_split, resolve_task
 from ..errors import GhostifyError
 from ..pruning import SCORES_NAME, ImportanceScores, compute_importance
 from ..record import history_entry
+from ..seeding import seed_everything
 from .common import default_device, load_tokenizer
 
 SPLIT = "train"  # scores come from training data only: pruning on validation data leaks it
@@ -58,6 +59,7 @@ def importance(
         )
     tokenizer = load_tokenizer(model)
     device = default_device()
+    seed_everything(seed)  # a missing classification head is drawn next
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the fresh-head warning was given above, in plainer words
         scorer = load_model(

@@ -9,7 +9,7 @@ from ...ghost import GhostSettings
 from ...ghost.settings import CONV_HELP, POSITIONS
 from ..app import app
 from ..console import err, human
-from ..options import Model, Output, Overwrite
+from ..options import Model, Output, Overwrite, Seed
 
 
 @app.command(
@@ -31,6 +31,7 @@ def attach_ghost(
     per_head: Annotated[bool, typer.Option("--per-head", help="A kernel per head (per FFN fold) on its own contribution, instead of one shared kernel on their sum.")] = False,
     conv: Annotated[str, typer.Option("--conv", help="; ".join(f"{c}: {h}" for c, h in CONV_HELP.items()) + ".")] = "dwconv",
     positions: Annotated[str, typer.Option("--positions", help=f"Comma-separated, among {', '.join(POSITIONS)}: after the attention output projection (o), the FFN down (ffn2) and up (ffn1) projections, the value projection (v: regenerates the N_H - M pruned heads), on the attention scores (qk: a Conv2D).")] = "o,ffn2",
+    seed: Seed = 0,
     overwrite: Overwrite = False,
 ) -> None:
     """Add GhostBERT ghost modules to every layer: extra features from cheap convolutions.
@@ -44,7 +45,7 @@ def attach_ghost(
     **Right after attaching the model's outputs change**: every kernel starts as the uniform
     average over its window (zero logits, softmax -> 1/k), so each module computes
     `y + ReLU(mean of y over the k tokens centred on each token)`, counting zeros beyond the
-    sequence ends. With --features > 1 the extra features start from random logits (seed 0)
+    sequence ends. With --features > 1 the extra features start from random logits (drawn from --seed)
     so that they can learn different things; --no-softmax starts from the same weights (1/k).
     The exception is `v`: its new output-projection columns start at zero, so it starts as a
     no-op. Train the result next (`ghostify distill`, optionally `--train ghost-only`).
@@ -59,6 +60,7 @@ def attach_ghost(
         per_head=per_head,
         conv=conv,
         positions=positions,
+        seed=seed,
         overwrite=overwrite,
     )
     ghost = record.ghost or {}
