@@ -1,13 +1,17 @@
 """Checkpoint directories: HF ``config.json`` with the ghostify record, ``model.safetensors``,
 tokenizer files and any extra artefacts (importance scores, ...), written atomically.
 
-``load_model`` rebuilds the structure from the record first and then loads the weights strictly:
-a key that is missing, unexpected or of the wrong shape is an error, never a silent re-init.
+``load_model`` rebuilds the structure from the record first (after checking the record against
+the config) and then loads the weights strictly: a key that is missing, unexpected or of the
+wrong shape is an error, never a silent re-init. Plain transformers checkpoints get the same
+strictness from transformers' loading report; only a task head the checkpoint lacks entirely is
+freshly initialised, with a warning.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -78,14 +82,44 @@ def load_config(source: str | os.PathLike, **overrides: Any):
 
 
 def _looks_like_path(source: str) -> bool:
-    return source.startswith((".", "/", "~")) or source.count("/") > 1 or os.sep + os.sep in source
+    return source.startswith((".", "/", "~")) or source.endswith("/") or source.count("/") > 1 or os.sep + os.sep in source
 
 
 def read_record(config) -> GhostifyRecord | None:
+    """The checkpoint's record, checked against its config (a tampered record is refused here,
+    before any module is built from it)."""
     data = getattr(config, RECORD_KEY, None)
     if data is None:
         return None
-    return GhostifyRecord.from_dict(data, source=getattr(config, "_name_or_path", "config.json"))
+    name = str(getattr(config, "_name_or_path", "") or "")
+    source = str(Path(name) / CONFIG_NAME) if name else CONFIG_NAME
+    record = GhostifyRecord.from_dict(data, source=source)
+    adapter = get_adapter(config)
+    record.check_structure(
+        source,
+        num_heads=adapter.num_heads(config),
+        ffn_size=adapter.ffn_size(config),
+        num_layers=_distinct_layers(config, adapter, record),
+        max_positions=max_positions(config),
+    )
+    return record
+
+
+def max_positions(config) -> int:
+    """The longest sequence the model embeds (a bound for kernels and --max-length)."""
+    value = getattr(config, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else 512  # relative-position families: BERT's
+
+
+def _distinct_layers(config, adapter, record: GhostifyRecord) -> int | None:
+    """How many distinct layers the config builds (the record lists one entry per distinct layer)."""
+    try:
+        if config.model_type == "albert":  # shares through its config (share-layers rewrites it)
+            return int(config.num_hidden_groups) * int(config.inner_group_num)
+        groups = (record.sharing or {}).get("groups") if isinstance(record.sharing, dict) else None
+        return len(groups) if isinstance(groups, list) and groups else adapter.num_layers(config)
+    except (AttributeError, TypeError, ValueError):
+        return None  # the rebuild's own check names the problem
 
 
 def _auto_class(config, head: str | None):
@@ -139,19 +173,16 @@ def load_model(
         kwargs["attn_implementation"] = attn_implementation
 
     if record is None:
-        # a plain transformers checkpoint: its config describes its structure completely
-        try:
-            with _quiet_transformers():
-                model = cls.from_pretrained(str(source), config=config, **kwargs)
-        except (OSError, ValueError, RuntimeError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise CheckpointError(f"cannot load the weights of {source}: {first}") from exc
+        # a plain transformers checkpoint: its config describes its structure completely, and
+        # its weights must match it as strictly as a ghostify checkpoint's
+        model = _load_plain(cls, source, config, kwargs, expected_class=_auto_class(config, None))
         model.eval()
         return model
 
     weights = Path(source) / WEIGHTS_NAME
     if not weights.is_file():
-        raise CheckpointError(f"no {WEIGHTS_NAME} in {source}: the checkpoint is incomplete; re-create it")
+        raise CheckpointError(f"no {WEIGHTS_NAME} in {source}: the checkpoint is incomplete; re-create or re-download the checkpoint")
+    check_safetensors(weights)
     with _quiet_transformers():
         build = getattr(cls, "from_config", None) or cls._from_config  # Auto classes / model classes
         model = build(config, **kwargs)
@@ -180,8 +211,8 @@ def _load_weights_strictly(model: nn.Module, path: Path, expected_class) -> None
 
     try:
         state = _align_prefix(load_file(str(path)), model)
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"corrupt weights file {path}: {exc}; re-create the checkpoint") from exc
+    except (SafetensorError, ValueError) as exc:
+        raise CheckpointError(f"corrupt weights file {path}: {exc}; re-create or re-download the checkpoint") from exc
     own = model.state_dict()
     tied = set(getattr(model, "all_tied_weights_keys", {}) or {})
     aliases = alias_keys(model)  # filled through the shared modules (share-layers)
@@ -215,6 +246,144 @@ def _load_weights_strictly(model: nn.Module, path: Path, expected_class) -> None
     model.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
     if tied:
         model.tie_weights()
+
+
+#: weight files transformers reads from a local directory, in its order of preference
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+PICKLE_FIX = ("convert it to safetensors in a trusted environment with transformers' "
+              "save_pretrained(..., safe_serialization=True), or re-download the checkpoint")
+
+
+def check_safetensors(path: Path) -> None:
+    """A one-line error for an empty, truncated or corrupt safetensors file (its header covers
+    every tensor's bytes, so reading it finds a cut-off file without loading the tensors)."""
+    from safetensors import SafetensorError, safe_open
+
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"corrupt weights file {path}: it is empty (0 bytes), the checkpoint was not written "
+                              "completely; re-create or re-download the checkpoint")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            f.keys()
+    except (SafetensorError, ValueError) as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"corrupt weights file {path}: truncated or damaged ({detail}); "
+                              "re-create or re-download the checkpoint") from exc
+
+
+def _check_plain_weights(directory: Path) -> None:
+    present = [name for name in WEIGHT_FILES if (directory / name).is_file()]
+    if not present:
+        raise CheckpointError(f"no {WEIGHTS_NAME} (nor pytorch_model.bin) in {directory}: the checkpoint has no weights; "
+                              "re-create or re-download the checkpoint")
+    if present[0] == WEIGHTS_NAME:
+        check_safetensors(directory / WEIGHTS_NAME)
+
+
+def _pickle_error(source, exc: BaseException) -> CheckpointError:
+    """torch's unpickling refusal, without its advice to load untrusted pickles unsafely."""
+    import re
+
+    match = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
+    what = f"it references {match.group(1)}" if match else "it holds more than plain tensors"
+    path = Path(str(source)) / "pytorch_model.bin" if is_local(source) else source
+    return CheckpointError(f"{path} is a pickle checkpoint that is unsafe to load ({what}); {PICKLE_FIX}")
+
+
+def _load_plain(cls, source, config, kwargs: dict[str, Any], *, expected_class) -> nn.Module:
+    """``from_pretrained`` with transformers' loading report turned into strict checks."""
+    import pickle
+
+    from safetensors import SafetensorError
+
+    if is_local(source):
+        _check_plain_weights(Path(source))
+    try:
+        with _quiet_transformers():
+            model, info = cls.from_pretrained(str(source), config=config, output_loading_info=True,
+                                              ignore_mismatched_sizes=True, **kwargs)
+    except pickle.UnpicklingError as exc:
+        raise _pickle_error(source, exc) from None
+    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
+        if "weights_only" in str(exc):
+            raise _pickle_error(source, exc) from None
+        if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM):
+            raise  # not the checkpoint's fault: the CLI says which permissions to fix
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"cannot load the weights of {source}: {first}") from exc
+    _check_loading_info(model, info, source, same_class=type(model) is expected_class)
+    return model
+
+
+def _check_loading_info(model: nn.Module, info: dict[str, Any], source, *, same_class: bool) -> None:
+    """Refuse what transformers would re-initialise or drop silently.
+
+    With the class the checkpoint was saved as, every missing, unexpected or mis-shaped tensor is
+    an error. With another head (a bare encoder into a classifier), a component the checkpoint
+    lacks entirely (the task head, a pooler) is freshly initialised with a warning and another
+    head's tensors are dropped; a gap inside a component it has is still an error."""
+    base = model.base_model
+    prefix = model.base_model_prefix
+    children = dict(base.named_children())
+    tied = set(getattr(model, "all_tied_weights_keys", {}) or {})
+
+    def encoder_part(key: str) -> str | None:
+        """``key`` relative to the encoder, or None for a task-head key."""
+        if key.startswith(prefix + "."):
+            return key[len(prefix) + 1 :]
+        return key if key.split(".")[0] in children else None  # a bare encoder's keys have no prefix
+
+    def component(key: str) -> str:
+        rel = encoder_part(key)
+        return f"{prefix}.{rel.split('.')[0]}" if rel is not None else key.split(".")[0]
+
+    missing = sorted(k for k in info.get("missing_keys", ()) if k not in tied)
+    loaded = {component(k) for k in model.state_dict() if k not in missing and k not in tied}
+    bad_missing = [k for k in missing if same_class or component(k) in loaded]
+    fresh = [k for k in missing if k not in bad_missing]
+    unexpected = []
+    for key in sorted(info.get("unexpected_keys", ())):
+        rel = encoder_part(key)
+        if rel is not None:
+            # an encoder part this head leaves out (BertForMaskedLM's pooler is None) is not an error
+            if getattr(base, rel.split(".")[0], _ABSENT) is not None and not rel.endswith("position_ids"):
+                unexpected.append(key)
+        elif same_class and _has_module(model, key.rpartition(".")[0]):
+            unexpected.append(key)
+    shapes = []
+    for key, saved, built in sorted(info.get("mismatched_keys", ()), key=lambda item: item[0]):
+        if same_class or encoder_part(key) is not None:
+            shapes.append(f"{key} has shape {tuple(saved)} in the checkpoint, the config builds {tuple(built)}")
+        else:
+            fresh.append(key)
+    where = f"the weights of {source} do not match its config.json"
+    if shapes:
+        raise CheckpointError(f"{where}: {shapes[0]}{f' (and {len(shapes) - 1} more)' if len(shapes) > 1 else ''}; "
+                              "re-create or re-download the checkpoint")
+    if bad_missing or unexpected:
+        what = []
+        if bad_missing:
+            what.append(f"missing {bad_missing[:3]}{' ...' if len(bad_missing) > 3 else ''}")
+        if unexpected:
+            what.append(f"unexpected {unexpected[:3]}{' ...' if len(unexpected) > 3 else ''}")
+        raise CheckpointError(f"{where}: {'; '.join(what)}; re-create or re-download the checkpoint")
+    if fresh:
+        warnings.warn(
+            f"{len(fresh)} task-head weights are not in the checkpoint and were freshly initialised "
+            f"({fresh[0]}, ...): train the head (ghostify finetune) before relying on its outputs",
+            stacklevel=4,
+        )
+
+
+_ABSENT = object()
+
+
+def _has_module(model: nn.Module, path: str) -> bool:
+    try:
+        model.get_submodule(path) if path else model
+        return True
+    except AttributeError:
+        return False
 
 
 def _align_prefix(state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
@@ -253,29 +422,81 @@ def model_record(model: nn.Module) -> GhostifyRecord:
 # ----------------------------------------------------------------------------------------------
 # writing
 # ----------------------------------------------------------------------------------------------
-def check_output_dir(output: str | os.PathLike, *, overwrite: bool, inputs: tuple[str | os.PathLike, ...] = ()) -> Path:
-    """Refuse an output that exists (unless ``overwrite``) or that is one of the inputs."""
+def check_output_dir(output: str | os.PathLike, *, overwrite: bool, inputs: tuple[Any, ...] = ()) -> Path:
+    """Refuse an output that exists (unless ``overwrite``) or that overlaps an input.
+
+    ``inputs`` are every path the command reads (model, teacher, scores, dataset, ...), each a
+    path or a ``(label, path)`` pair; hub ids and other paths that do not exist are skipped."""
     out = Path(output).expanduser()
-    for source in inputs:
-        if source is None or not Path(source).exists():
-            continue
-        src, dst = Path(source).resolve(), out.resolve()
-        if dst == src:
-            raise GhostifyError(f"output {out} is the input {source}; inputs are never modified: choose another -o")
-        if src.is_relative_to(dst) or dst.is_relative_to(src):
-            raise GhostifyError(f"output {out} contains or lies inside the input {source}; inputs are never modified: choose another -o")
+    check_disjoint([out], inputs)
     if out.exists() and not overwrite:
         raise GhostifyError(f"output directory {out} already exists; pass --overwrite to replace it or choose another -o")
     if out.exists() and not out.is_dir():
         raise GhostifyError(f"output {out} exists and is a file; choose another -o")
+    for parent in out.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise GhostifyError(f"output {out} cannot be created: {parent} is a file, not a directory; choose another -o")
+            break
     return out
+
+
+def check_disjoint(outputs, inputs, *, flag: str = "-o") -> None:
+    """Refuse any output that is, contains or lies inside an existing input: writing it (with
+    --overwrite, replacing it) would modify or delete what the command reads."""
+    for output in outputs:
+        if output is None:
+            continue
+        dst = Path(output).expanduser().resolve()
+        for item in inputs:
+            label, source = item if isinstance(item, tuple) else ("input", item)
+            if source is None or str(source) == "" or not Path(str(source)).expanduser().exists():
+                continue
+            src = Path(str(source)).expanduser().resolve()
+            named = f"{label} {source}" if label == "input" else f"input {label} {source}"
+            if dst == src:
+                raise GhostifyError(f"output {output} is the {named}; inputs are never modified: choose another {flag}")
+            if src.is_relative_to(dst):
+                raise GhostifyError(f"output {output} contains the {named}; inputs are never modified: choose another {flag}")
+            if dst.is_relative_to(src):
+                raise GhostifyError(f"output {output} lies inside the {named}; inputs are never modified: choose another {flag}")
+
+
+def _umask() -> int:
+    """The process umask. Linux shows it in /proc without changing it; elsewhere reading it means
+    setting it, so it is set straight back (a moment in which another thread's files could get
+    the stand-in mask: the restrictive 0o077 errs on the private side)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o077)
+    os.umask(old)
+    return old
+
+
+def _apply_umask(root: Path) -> None:
+    """Give a finished output the permissions the user's umask asks for: mkdtemp makes 0700
+    directories and safetensors writes 0600 files, which other users could not read."""
+    mask = _umask()
+    os.chmod(root, 0o777 & ~mask)
+    for directory, dirs, files in os.walk(root):
+        for name in dirs:
+            os.chmod(os.path.join(directory, name), 0o777 & ~mask)
+        for name in files:
+            path = os.path.join(directory, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o666 & ~mask)
 
 
 @contextlib.contextmanager
 def atomic_directory(output: str | os.PathLike, *, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary sibling directory; on success it replaces ``output`` in one rename.
 
-    A crash leaves at most a hidden ``.tmp`` directory, never a half-written ``output``."""
+    A crash (or Ctrl-C, SIGTERM, SIGHUP) removes the temporary directory, and never leaves a
+    half-written ``output``."""
     out = Path(output).expanduser()
     if out.exists() and not overwrite:
         raise GhostifyError(f"output directory {out} already exists; pass --overwrite to replace it or choose another -o")
@@ -283,11 +504,18 @@ def atomic_directory(output: str | os.PathLike, *, overwrite: bool = False) -> I
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         yield tmp
+        _apply_umask(tmp)
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            os.replace(out, old / out.name)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
+            try:
+                os.replace(out, old / out.name)
+                os.replace(tmp, out)
+            except BaseException:  # interrupted between the two renames: put the old output back
+                if not out.exists() and (old / out.name).exists():
+                    os.replace(old / out.name, out)
+                raise
+            finally:
+                shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, out)
     except BaseException:

@@ -19,3 +19,16 @@ class UnsupportedModelError(GhostifyError):
 
 class DataError(GhostifyError):
     """A dataset, task or column is missing or unusable."""
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived: raised in the main thread like KeyboardInterrupt (not an
+    Exception, so no ``except Exception`` swallows it), so that temporary directories are
+    removed and training's ``finally`` blocks run before the CLI exits with 128 + the signal."""
+
+    def __init__(self, signum: int):
+        import signal
+
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        super().__init__(f"terminated by {self.name}")

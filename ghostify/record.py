@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from .errors import CheckpointError
+from .errors import CheckpointError, GhostifyError
 
 RECORD_KEY = "ghostify"
 RECORD_FORMAT = 1
@@ -37,12 +38,14 @@ class GhostifyRecord:
 
     @classmethod
     def from_dict(cls, data: Any, source: str) -> "GhostifyRecord":
+        """The record of ``data`` (``config.json``'s ``ghostify`` entry), with every field whose
+        validity needs nothing else checked: a tampered value is one line naming it."""
         if not isinstance(data, dict):
             raise CheckpointError(f"corrupt ghostify record in {source}: expected a mapping, got {type(data).__name__}")
         try:
             record = cls(
-                heads=[[int(h) for h in layer] for layer in data["heads"]],
-                ffn=[int(n) for n in data["ffn"]],
+                heads=_int_lists(data["heads"], "heads", source),
+                ffn=_ints(data["ffn"], "ffn", source),
                 ghost=data.get("ghost"),
                 embeddings=data.get("embeddings"),
                 sharing=data.get("sharing"),
@@ -61,7 +64,54 @@ class GhostifyRecord:
             raise CheckpointError(
                 f"corrupt ghostify record in {source}: {len(record.heads)} head lists but {len(record.ffn)} FFN sizes"
             )
+        for layer, heads in enumerate(record.heads):
+            negative = [h for h in heads if h < 0]
+            if negative:
+                _corrupt(source, f"heads[{layer}]", negative[0], "head indices are 0 or more")
+            repeated = sorted({h for h in heads if heads.count(h) > 1})
+            if repeated:
+                _corrupt(source, f"heads[{layer}]", repeated[0], "lists a head twice; each kept head appears once")
+        for layer, size in enumerate(record.ffn):
+            if size < 1:
+                _corrupt(source, f"ffn[{layer}]", size, "FFN sizes are positive")
+        for name in ("ghost", "embeddings", "sharing", "grouped", "references"):
+            value = getattr(record, name)
+            if value is not None and not isinstance(value, dict):
+                _corrupt(source, name, value, "expected a mapping")
+        references = record.references or {}
+        file = references.get("file")
+        if file is not None and (not isinstance(file, str) or Path(file).name != file or file in ("", ".", "..")):
+            # the store must live in the checkpoint itself, never elsewhere on disk
+            _corrupt(source, "references.file", file, "expected a file name inside the checkpoint")
         return record
+
+    def check_structure(self, source: str, *, num_heads: int, ffn_size: int, num_layers: int | None,
+                        max_positions: int) -> None:
+        """Check the record against its config: head indices of the original ``num_heads``, FFN
+        sizes at most the original ``ffn_size``, one entry per distinct layer, ghost settings in range."""
+        if num_layers is not None and len(self.heads) != num_layers:
+            raise CheckpointError(f"corrupt ghostify record in {source}: heads and ffn list {len(self.heads)} layers but the "
+                                  f"config builds {num_layers} distinct layers; re-create the checkpoint")
+        for layer, heads in enumerate(self.heads):
+            beyond = [h for h in heads if h >= num_heads]
+            if beyond:
+                _corrupt(source, f"heads[{layer}]", beyond[0], f"the model has {num_heads} heads (indices 0 to {num_heads - 1})")
+        for layer, size in enumerate(self.ffn):
+            if size > ffn_size:
+                _corrupt(source, f"ffn[{layer}]", size, f"the original FFN size is {ffn_size}; a record only shrinks it")
+        if self.ghost:
+            from .ghost.settings import GhostSettings
+
+            settings = self.ghost.get("settings")
+            if not isinstance(settings, dict):
+                _corrupt(source, "ghost.settings", settings, "expected the ghost settings mapping")
+            try:
+                parsed = GhostSettings.from_dict(settings)
+                parsed.check_model(max_positions=max_positions)
+            except GhostifyError as exc:
+                raise CheckpointError(f"corrupt ghostify record in {source}: ghost.settings: {exc}; re-create the checkpoint") from None
+            except TypeError as exc:
+                raise CheckpointError(f"corrupt ghostify record in {source}: ghost.settings: {exc}; re-create the checkpoint") from None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,6 +119,25 @@ class GhostifyRecord:
     @property
     def heads_per_layer(self) -> list[int]:
         return [len(h) for h in self.heads]
+
+
+def _corrupt(source: str, field: str, value: Any, why: str) -> None:
+    raise CheckpointError(f"corrupt ghostify record in {source}: {field} = {value!r}: {why}; re-create the checkpoint")
+
+
+def _ints(values: Any, field: str, source: str) -> list[int]:
+    if not isinstance(values, list):
+        _corrupt(source, field, values, "expected a list")
+    for i, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, int):
+            _corrupt(source, f"{field}[{i}]", value, "expected an integer")
+    return list(values)
+
+
+def _int_lists(values: Any, field: str, source: str) -> list[list[int]]:
+    if not isinstance(values, list):
+        _corrupt(source, field, values, "expected a list of lists")
+    return [_ints(layer, f"{field}[{i}]", source) for i, layer in enumerate(values)]
 
 
 def history_entry(command: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -65,7 +65,7 @@ def test_attach_ghost_defaults_end_to_end(tmp_path, checkpoint, capsys):
     assert base["ghost_params"] == 0 and base["ghost_flops"] == 0
     assert data["params"] - base["params"] == 384 and data["flops"] - base["flops"] == data["ghost_flops"]
 
-    code, _, table = run_cli(capsys, "info", out)
+    code, table, _ = run_cli(capsys, "info", out)  # the table is the result: stdout
     assert code == 0 and "ghost parameters" in table and "ghost FLOPs" in table and "dwconv k=3" in table
 
 

@@ -185,7 +185,7 @@ def test_flops_unchanged_params_counted_once_and_info(tmp_path, capsys):
     assert info["params"] == count_params(dense) - layer_params // 2
     assert info["layer_applications"] == [2, 2] and info["sharing"]["groups"] == [[0, 1], [2, 3]]
     assert info["heads_per_layer"] == [4, 4]
-    code, _, err = run_cli(capsys, "info", path)
+    code, err, _ = run_cli(capsys, "info", path)  # the table is the result: stdout
     assert "4 layers in 2 groups of 2,2 (init mean)" in err
 
 

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
+import re
+import signal
 import sys
+import threading
 import warnings
+from collections.abc import Iterator
 
 import typer
 
-from ..errors import GhostifyError
+from ..errors import GhostifyError, Terminated
 
 app = typer.Typer(
     name="ghostify",
@@ -47,11 +53,37 @@ def main(argv: list[str] | None = None) -> int:
 
     debug = bool(os.environ.get(DEBUG_VARIABLE))
     _quiet_libraries()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _terminate_on_signals():
         warnings.simplefilter("always", UserWarning)  # each run says its warnings, once per call
         if not debug:
             warnings.showwarning = _one_line_warning
         return _run(argv, debug)
+
+
+#: signals that end a run like Ctrl-C does: cleaned up, one line, exit 128 + the signal
+TERMINATING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def _raise_terminated(signum: int, frame) -> None:
+    for other in TERMINATING:  # a second signal must not interrupt the clean-up the first started
+        signal.signal(other, signal.SIG_IGN)
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def _terminate_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread while the CLI runs (their
+    default would end the process at once, leaving temporary directories behind); the previous
+    handlers come back afterwards (tests call ``main`` in-process)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, _raise_terminated) for signum in TERMINATING}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 def _run(argv: list[str] | None, debug: bool) -> int:
@@ -67,6 +99,9 @@ def _run(argv: list[str] | None, debug: bool) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except Terminated as exc:
+        print(f"error: terminated by {exc.name}", file=sys.stderr)
+        return 128 + exc.signum
     except Exception as exc:
         if debug:
             raise
@@ -78,12 +113,77 @@ def _run(argv: list[str] | None, debug: bool) -> int:
         if type(exc).__name__ == "Abort":
             print("error: aborted", file=sys.stderr)
             return 130
+        fault = environment_fault(exc, _output_argument(argv))
+        if fault is not None:
+            print(f"error: {fault}", file=sys.stderr)
+            return 1
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         print(
             f"error: unexpected {type(exc).__name__}: {text} (set {DEBUG_VARIABLE}=1 for the traceback)",
             file=sys.stderr,
         )
         return 1
+
+
+#: what libraries say (safetensors' Rust errors, torch's writer) when the OS refused a write
+_FAULT_PATTERNS = (
+    (errno.ENOSPC, ("No space left on device", "StorageFull", "code: 28", "file write failed")),
+    (errno.EDQUOT, ("Disk quota exceeded", "code: 122")),
+    (errno.EROFS, ("Read-only file system", "ReadOnlyFilesystem", "code: 30")),
+    (errno.EACCES, ("Permission denied", "PermissionDenied", "code: 13")),
+)
+
+
+def environment_fault(exc: BaseException, output: str | None = None) -> str | None:
+    """One actionable line for a fault of the machine rather than of the input (a full disk, a
+    read-only or forbidden directory, an unsafe pickle), or None."""
+    code = exc.errno if isinstance(exc, OSError) else None
+    if code is None:
+        text = str(exc)
+        code = next((c for c, patterns in _FAULT_PATTERNS if any(p in text for p in patterns)), None)
+    filename = getattr(exc, "filename", None) if isinstance(exc, OSError) else None
+    if filename and output:  # inside the (now removed) temporary directory beside the output: name the output
+        output_abs = os.path.abspath(output)
+        hidden = os.path.join(os.path.dirname(output_abs), f".{os.path.basename(output_abs)}.")
+        if os.path.abspath(str(filename)).startswith(hidden):
+            filename = output
+    path = str(filename) if filename else (output or "the output directory")
+    where = _visible(path, output)
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return f"no space left on the device (or quota) while writing {path}: free space at {where} or choose another -o on a disk with room"
+    if code == errno.EROFS:
+        return f"{path} is on a read-only file system: choose an -o on a writable one (or remount {where} read-write)"
+    if code in (errno.EACCES, errno.EPERM):
+        return f"permission denied for {path}: fix the permissions of {where} or choose another -o"
+    if code == errno.ENOTDIR:
+        return f"{path}: a part of the path is a file, not a directory; choose another path"
+    if "weights_only" in str(exc) or type(exc).__name__ == "UnpicklingError":
+        match = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
+        what = f" (it references {match.group(1)})" if match else ""
+        return ("a pickle checkpoint is unsafe to load" + what + "; convert it to safetensors in a trusted environment "
+                "with transformers' save_pretrained(..., safe_serialization=True), or re-download the checkpoint")
+    return None
+
+
+def _visible(path: str, output: str | None) -> str:
+    """The directory to act on: for a write beside the output (its temporary directory is gone
+    by now) the output's parent, the user's own path; otherwise the path's directory."""
+    full = os.path.abspath(path)
+    if output:
+        parent = os.path.dirname(os.path.abspath(output))
+        if full == os.path.abspath(output) or full.startswith(parent + os.sep):
+            return parent
+    return os.path.dirname(full) or full
+
+
+def _output_argument(argv: list[str] | None) -> str | None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    for i, arg in enumerate(args):
+        if arg in ("-o", "--output") and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--output="):
+            return arg.split("=", 1)[1]
+    return None
 
 
 def _is_usage_error(exc: Exception) -> bool:

@@ -1,4 +1,5 @@
-"""Where the CLI talks: rich tables and progress on stderr, JSON on stdout."""
+"""Where the CLI talks: a command's result (its JSON, or the table that is its answer: info,
+eval, report) on stdout, so that it can be redirected; progress, notes and warnings on stderr."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)  # never break paths across lines
+out = Console(highlight=False, soft_wrap=True)  # results: `ghostify info X > file` keeps them
 
 
 def print_json(data: Any) -> None:

@@ -1,4 +1,4 @@
-"""Compact rich tables for the commands' results (on stderr)."""
+"""Compact rich tables for the commands' results (info on stdout: it is the answer; the rest on stderr)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from rich.table import Table
 
 from ..pruning import ImportanceScores
 from ..record import GhostifyRecord
-from .console import err, human
+from .console import err, human, out
 
 
 def print_importance(scores: ImportanceScores) -> None:
@@ -73,7 +73,7 @@ def print_info(data: dict[str, Any]) -> None:
     for step in data["history"]:
         args = ", ".join(f"{k}={v}" for k, v in step["arguments"].items() if k != "model")
         table.add_row(f"history: {step['command']}", f"{step['time']}  {args}")
-    err.print(table)
+    out.print(table)
 
 
 def print_training(result) -> None:

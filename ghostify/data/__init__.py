@@ -1,6 +1,7 @@
 """Datasets and task presets."""
 
+from .labels import LabelKind, label_kind
 from .loading import TaskData, batches, load_split, padding_collator, tokenize
 from .tasks import DEFAULT_DATASET, GLUE_TASKS, TaskPreset, resolve_task
 
-__all__ = ["DEFAULT_DATASET", "GLUE_TASKS", "TaskData", "TaskPreset", "batches", "load_split", "padding_collator", "resolve_task", "tokenize"]
+__all__ = ["DEFAULT_DATASET", "GLUE_TASKS", "LabelKind", "label_kind", "TaskData", "TaskPreset", "batches", "load_split", "padding_collator", "resolve_task", "tokenize"]

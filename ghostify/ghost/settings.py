@@ -36,6 +36,8 @@ CONV_HELP = {
 PER_HEAD_POSITIONS: tuple[str, ...] = ("qk", "v", "o", "ffn2")
 #: positions computed inside the attention function (need transformers' AttentionInterface)
 ATTENTION_POSITIONS: tuple[str, ...] = ("qk", "v")
+#: the most ghost features a module may sum: each one adds a full set of kernels (the paper uses 1)
+MAX_FEATURES = 64
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,11 @@ class GhostSettings:
             )
         if isinstance(f, bool) or not isinstance(f, int) or f < 1:
             raise GhostifyError(f"--features {f!r} is not a positive integer; use 1 (the paper's default) or more")
+        if f > MAX_FEATURES:
+            raise GhostifyError(
+                f"--features {f} exceeds {MAX_FEATURES}: every feature adds a full set of kernels to each module; "
+                f"use 1 (the paper's default) to {MAX_FEATURES}"
+            )
         if self.conv not in CONVS:
             raise GhostifyError(f"unknown --conv {self.conv!r}; choose one of {', '.join(CONVS)}")
         for name in ("softmax", "relu", "per_head"):
@@ -87,6 +94,16 @@ class GhostSettings:
             raise GhostifyError(
                 f"--features {f} with a 1-tap softmax kernel makes {f} identical features (a softmax over one weight "
                 "is always 1); use --no-softmax or a --kernel-size above 1"
+            )
+
+    def check_model(self, *, max_positions: int) -> None:
+        """What needs the model: a kernel wider than the longest sequence the model embeds has
+        taps that never see a token, only weights and FLOPs."""
+        if self.kernel_size > max_positions:
+            largest = max_positions if max_positions % 2 else max_positions - 1
+            raise GhostifyError(
+                f"--kernel-size {self.kernel_size} exceeds the model's {max_positions} positions (its longest "
+                f"sequence): the extra taps would only add weights; use an odd size up to {largest} (the paper: 3)"
             )
 
     # ----- (de)serialisation -----------------------------------------------------------------

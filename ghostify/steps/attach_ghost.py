@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 
 from ..architectures import get_adapter
-from ..checkpoint import check_output_dir, load_config, load_model, model_record, read_record, save_checkpoint
+from ..checkpoint import check_output_dir, load_config, load_model, max_positions, model_record, read_record, save_checkpoint
 from ..errors import GhostifyError
 from ..ghost import GhostSettings, attach_ghosts, ghost_record
 from ..ghost.inject import check_family, no_pruned_heads
@@ -70,6 +70,7 @@ def _check_model(config, settings: GhostSettings) -> None:
             "the model already has ghost modules; attach to the checkpoint they were attached to (its history names it)"
         )
     check_family(adapter, settings, config.model_type)
+    settings.check_model(max_positions=max_positions(config))
     num_heads = adapter.num_heads(config)
     if "v" in settings.positions and (record is None or all(h >= num_heads for h in record.heads_per_layer)):
         raise no_pruned_heads(num_heads)

@@ -16,9 +16,9 @@ import torch
 
 from ..augment import CandidateProposer, default_per_example, example_rng, sample_variants
 from ..checkpoint import TOKENIZER_FILES, atomic_directory, check_output_dir, load_config, load_model
-from ..data import DEFAULT_DATASET, load_split, resolve_task
+from ..data import DEFAULT_DATASET, label_kind, load_split, resolve_task
 from ..errors import CheckpointError, DataError, GhostifyError
-from .common import default_device, load_tokenizer
+from .common import check_max_length, default_device, load_tokenizer
 
 SPLIT = "train"  # only training data is augmented; every other split is copied unchanged
 PROVENANCE_NAME = "augment.json"
@@ -74,7 +74,8 @@ def augment(
     """
     started = time.perf_counter()
     _check_settings(per_example, replace_prob, top_k, max_length, batch_size, max_samples)
-    out = check_output_dir(output, overwrite=overwrite, inputs=(dataset, mlm, label_with))
+    out = check_output_dir(output, overwrite=overwrite, inputs=(("--dataset", dataset), ("--mlm", mlm), ("--label-with", label_with)))
+    check_max_length(max_length, mlm, label_with)
     preset = resolve_task(task, text_columns=text_columns, label_column=label_column)
     n = per_example if per_example is not None else default_per_example(task)
 
@@ -91,7 +92,9 @@ def augment(
     label = preset.label_column
     has_label_column = label in rows.column_names
     label_feature = rows.features[label] if has_label_column else None
-    regression = preset.is_regression or _is_float(label_feature)
+    # the one label rule of every command (ghostify.data.label_kind); without labels, the column's type
+    regression = preset.is_regression or (label_kind(rows, label, dataset=str(dataset)).regression if data.has_labels
+                                          else _is_float(label_feature))
     if teacher_config is not None:
         _check_teacher_labels(label_with, teacher_config.num_labels, preset, label_feature, regression)
         if label_feature is None:

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from ..architectures import get_adapter
-from ..checkpoint import check_output_dir
+from ..checkpoint import check_disjoint, check_output_dir
 from ..references.distill import ReferenceDistillObjective, check_reference_options, prepare_references
 from ..data import DEFAULT_DATASET
 from ..seeding import seed_everything
 from ..training.layer_map import build_layer_map
-from ..training.loop import TrainResult, TrainSettings
+from ..training.loop import TrainResult, TrainSettings, partial_dir
 from ..training.loop import train as run_training
 from ..training.objectives import DistillObjective, DistillWeights
 from .finetune import _plain
-from .training_common import check_dropout, load_classifier, set_trainable, student_saver, task_inputs
+from .common import check_max_length, check_same_tokenizer
+from .training_common import check_dropout, check_optimizer, load_classifier, set_trainable, student_saver, task_inputs
 
 
 def distill(
@@ -82,7 +84,12 @@ def distill(
     weights.validate()
     check_dropout(dropout, attention_dropout)
     check_reference_options(references, reference_delta, sop_weight)
-    check_output_dir(output, overwrite=overwrite or resume, inputs=(teacher, student))
+    inputs = (("--teacher", teacher), ("--student", student), ("--dataset", dataset))
+    check_output_dir(output, overwrite=overwrite or resume, inputs=inputs)
+    check_disjoint([partial_dir(Path(output))], inputs)  # where the run's state lives meanwhile
+    check_optimizer(weight_decay=weight_decay, max_grad_norm=max_grad_norm, max_samples=max_samples)
+    check_max_length(max_length, teacher, student)
+    check_same_tokenizer(teacher, student)  # before any model is loaded or OUT.partial made
     seed_everything(seed)  # before new heads, projections, the SOP classifier and the reference map are drawn
     data = task_inputs(student, dataset=dataset, task=task, text_columns=text_columns, label_column=label_column, metric=metric,
                        max_length=max_length, max_samples=max_samples, seed=seed, evaluate=logit_weight > 0,

@@ -8,7 +8,7 @@ from typing import Any
 from ..data import DEFAULT_DATASET, load_split, padding_collator, resolve_task, tokenize
 from ..training.loop import evaluate as evaluate_loader
 from ..training.loop import multi_process_on_cpu
-from .common import load_tokenizer
+from .common import check_max_length, check_positive, load_tokenizer
 from .training_common import load_classifier
 
 
@@ -34,6 +34,8 @@ def evaluate(
     from accelerate import Accelerator
     from torch.utils.data import DataLoader
 
+    check_positive(max_samples=max_samples, batch_size=batch_size)
+    check_max_length(max_length, model)
     preset = resolve_task(task, text_columns=text_columns, label_column=label_column, metric=metric)
     split = split or preset.validation_split
     data = load_split(dataset, preset, split, max_samples=max_samples)

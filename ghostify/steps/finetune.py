@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
-from ..checkpoint import check_output_dir
+from ..checkpoint import check_disjoint, check_output_dir
 from ..data import DEFAULT_DATASET
-from ..training.loop import TrainResult, TrainSettings
+from ..training.loop import TrainResult, TrainSettings, partial_dir
 from ..training.loop import train as run_training
 from ..seeding import seed_everything
 from ..training.objectives import FinetuneObjective
-from .training_common import check_dropout, load_classifier, set_trainable, student_saver, task_inputs
+from .common import check_max_length, check_same_tokenizer
+from .training_common import check_dropout, check_optimizer, load_classifier, set_trainable, student_saver, task_inputs
 
 
 def finetune(
@@ -60,7 +62,13 @@ def finetune(
     settings.validate()
     _check_weight(teacher_weight, temperature)
     check_dropout(dropout, attention_dropout)
-    check_output_dir(output, overwrite=overwrite or resume, inputs=(model, teacher))
+    inputs = (model, ("--teacher", teacher), ("--dataset", dataset))
+    check_output_dir(output, overwrite=overwrite or resume, inputs=inputs)
+    check_disjoint([partial_dir(Path(output))], inputs)  # where the run's state lives meanwhile
+    check_optimizer(weight_decay=weight_decay, max_grad_norm=max_grad_norm, max_samples=max_samples)
+    check_max_length(max_length, model, teacher)
+    if teacher is not None:
+        check_same_tokenizer(teacher, model)  # before any model is loaded or OUT.partial made
     seed_everything(seed)  # before the task head, if new, is drawn
     data = task_inputs(model, dataset=dataset, task=task, text_columns=text_columns, label_column=label_column, metric=metric,
                        max_length=max_length, max_samples=max_samples, seed=seed, evaluate=True)

@@ -12,7 +12,7 @@ from ..errors import GhostifyError
 from ..pruning import SCORES_NAME, ImportanceScores, compute_importance
 from ..record import history_entry
 from ..seeding import seed_everything
-from .common import default_device, load_tokenizer
+from .common import check_max_length, check_positive, default_device, load_tokenizer
 
 SPLIT = "train"  # scores come from training data only: pruning on validation data leaks it
 
@@ -38,7 +38,9 @@ def importance(
     Example:
         >>> importance("models/bert-sst2", "out/scored", task="sst2", samples=1024)  # doctest: +SKIP
     """
-    out = check_output_dir(output, overwrite=overwrite, inputs=(model,))
+    out = check_output_dir(output, overwrite=overwrite, inputs=(model, ("--dataset", dataset)))
+    check_positive(samples=samples, batch_size=batch_size)
+    check_max_length(max_length, model)
     preset = resolve_task(task, text_columns=text_columns, label_column=label_column)
     data = load_split(dataset, preset, SPLIT, max_samples=samples, seed=seed, require_labels=not label_free)
     config = load_config(model)
@@ -112,10 +114,9 @@ def importance(
 
 
 def _infer_num_labels(data) -> int:
-    labels = data.rows[data.task.label_column]
-    if labels and isinstance(labels[0], float) and not float(labels[0]).is_integer():
-        return 1
-    return int(max(labels)) + 1 if labels else 2
+    from ..data import label_kind
+
+    return label_kind(data.rows, data.task.label_column, dataset=data.dataset).num_labels
 
 
 def importance_path(model: str | os.PathLike) -> Path | None:

@@ -23,6 +23,7 @@ def info(model: str | os.PathLike, *, seq_len: int = 128) -> dict[str, Any]:
     Example:
         >>> info("out/pruned")["flops"]  # doctest: +SKIP
     """
+    _check_seq_len(model, seq_len)
     net = load_model(model)
     record = model_record(net)
     # an outer counter sees the same single forward pass, broken down by module
@@ -49,6 +50,16 @@ def info(model: str | os.PathLike, *, seq_len: int = 128) -> dict[str, Any]:
         "layer_applications": get_adapter(net.config).layer_applications(net),
         "history": record.history,
     }
+
+
+def _check_seq_len(model: str | os.PathLike, seq_len: int) -> None:
+    from ..checkpoint import load_config
+    from ..errors import GhostifyError
+    from .common import max_tokens
+
+    limit = max_tokens(load_config(model))
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or not 1 <= seq_len <= limit:
+        raise GhostifyError(f"--seq-len {seq_len!r} must be between 1 and the {limit} tokens {model} can read")
 
 
 def _reference_store(net) -> dict[str, Any] | None:

@@ -40,7 +40,9 @@ def prune(
     if h_width is None or f_width is None:
         missing = "--ffn-width" if f_width is None else "--heads-width"
         raise GhostifyError(f"{missing} is not set; pass it, or --width for both")
-    out = check_output_dir(output, overwrite=overwrite, inputs=(model,))
+    out = check_output_dir(output, overwrite=overwrite, inputs=(model, ("--importance", importance)))
+    if importance is not None and not Path(importance).expanduser().exists():
+        raise GhostifyError(f"--importance {importance} does not exist; pass the scores file or the output directory of `ghostify importance`")
     _check_widths(load_config(model), h_width, allocation)
     net = load_model(model)
     record = model_record(net)

@@ -82,11 +82,22 @@ def task_inputs(
 def _with_inferred_labels(preset: TaskPreset, data) -> TaskPreset:
     from dataclasses import replace
 
-    labels = data.rows[preset.label_column]
-    regression = any(isinstance(x, float) and not float(x).is_integer() for x in labels[:1000])
-    num_labels = 1 if regression else int(max(labels)) + 1
+    from ..data import label_kind
+
+    kind = label_kind(data.rows, preset.label_column, dataset=data.dataset)
+    regression, num_labels = kind.regression, kind.num_labels
     metric = preset.metric or ("pearson_spearman" if regression else "accuracy")
     return replace(preset, num_labels=num_labels, metric=metric)
+
+
+def check_optimizer(*, weight_decay: float, max_grad_norm: float, max_samples: int | None) -> None:
+    """What TrainSettings leaves open and no one can mean."""
+    if not weight_decay >= 0:
+        raise GhostifyError(f"--weight-decay {weight_decay} must be 0 or more (the paper: 0)")
+    if not max_grad_norm >= 0:
+        raise GhostifyError(f"--max-grad-norm {max_grad_norm} must be 0 (off) or more (the paper: 1)")
+    if max_samples is not None and (isinstance(max_samples, bool) or not isinstance(max_samples, int) or max_samples < 1):
+        raise GhostifyError(f"--max-samples {max_samples!r} must be at least 1 (or unset: all)")
 
 
 def check_dropout(dropout: float | None, attention_dropout: float | None) -> None:

@@ -7,7 +7,7 @@ import typer
 from ... import steps
 from ...data import DEFAULT_DATASET
 from ..app import app
-from ..console import err, print_json
+from ..console import out, print_json
 from ..options import Metric, BatchSize, Dataset, Json, LabelColumn, MaxLength, MaxSamples, Model, Task, TextColumns, split_columns
 
 
@@ -41,4 +41,4 @@ def evaluate(
         print_json(result)
         return
     metrics = "  ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
-    err.print(f"{result['task']} {result['split']} ({result['samples']} samples): {metrics}")
+    out.print(f"{result['task']} {result['split']} ({result['samples']} samples): {metrics}")

@@ -7,7 +7,7 @@ import typer
 
 from ... import recipe as recipes
 from ..app import app
-from ..console import err, human, print_json
+from ..console import err, human, out, print_json
 from ..options import Json
 
 
@@ -26,7 +26,7 @@ def run(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate and print the plan with parameters and FLOPs after each structural stage; run nothing.")] = False,
     json_output: Json = False,
 ) -> None:
-    """Run a recipe's stages in order, each into RUN_DIR/<nn>-<stage>/.
+    """Run a recipe's stages in order, each into `RUN_DIR/<nn>-<stage>/`.
 
     The recipe is validated as a whole before any model is loaded; every problem is reported with
     its file and line. Re-running skips stages already completed with the same resolved settings
@@ -43,7 +43,7 @@ def run(
             return
         for row in rows:
             args = ", ".join(f"{k}={v}" for k, v in row["arguments"].items())
-            err.print(f"{row['stage']:<24} {human(row['params']):>8} params {human(row['flops']):>8} FLOPs  {args}")
+            out.print(f"{row['stage']:<24} {human(row['params']):>8} params {human(row['flops']):>8} FLOPs  {args}")
         return
 
     def say(planned, status: str) -> None:
@@ -53,7 +53,7 @@ def run(
     if json_output:
         print_json(report)
     else:
-        err.print(recipes.markdown([(str(output), report)]))
+        out.print(recipes.markdown([(str(output), report)]))
 
 
 @app.command(
@@ -76,4 +76,4 @@ def report(
     if json_output:
         print_json({name: data for name, data in reports})
     else:
-        err.print(recipes.markdown(reports))
+        out.print(recipes.markdown(reports))
