@@ -8,6 +8,8 @@ parameters, FLOPs, metrics and wall time go to ``RUN_DIR/report.json`` and ``rep
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -18,10 +20,12 @@ from typing import Any, Callable
 
 import yaml
 
-from ..checkpoint import atomic_directory
+from ..checkpoint import atomic_directory, check_disjoint
+from ..errors import GhostifyError
+from ..training.loop import partial_dir
 from .overrides import apply_overrides
 from .report import stage_summary, write_report
-from .schema import REFERENCE, Recipe, Stage, validate
+from .schema import REFERENCE, Recipe, Stage, references, validate
 from .yaml_source import RecipeSource
 
 STAGE_FILE = "stage.json"
@@ -118,8 +122,10 @@ def run(
 ) -> dict[str, Any]:
     """Run (or skip) every stage; returns the report."""
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     stages = plan(recipe, run_dir)
+    check_outputs(recipe, run_dir, stages)  # before anything is written
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(run_dir, stages)
     (run_dir / RECIPE_FILE).write_text(yaml.safe_dump(recipe.raw, sort_keys=False))
     rows: list[dict[str, Any]] = []
     for planned in stages:
@@ -136,14 +142,70 @@ def run(
         wall = time.perf_counter() - started
         summary = stage_summary(planned, wall)
         record = {"stamp": uuid.uuid4().hex, "fingerprint": _fingerprint(planned), "summary": summary}
-        (planned.directory / STAGE_FILE).write_text(json.dumps(record, indent=2))
+        _write_atomically(planned.directory / STAGE_FILE, json.dumps(record, indent=2))
         rows.append({**summary, "status": "ran"})
         write_report(run_dir, recipe, rows)
     final = next((p for p in reversed(stages) if p.stage.command.produces == "model"), None)
     if final is not None:
         # the final checkpoint reproduces itself: `ghostify run OUT/recipe.yaml -o NEW_RUN`
-        (final.directory / RECIPE_FILE).write_text(yaml.safe_dump(recipe.raw, sort_keys=False))
+        _write_atomically(final.directory / RECIPE_FILE, yaml.safe_dump(recipe.raw, sort_keys=False))
     return write_report(run_dir, recipe, rows)
+
+
+def _remove_leftovers(run_dir: Path, stages: list[PlannedStage]) -> None:
+    """Remove the hidden directories a killed run left beside its stages: a half-written output
+    (``.NN-x.tmp-*``), a replaced one (``.NN-x.old-*``), a finished work directory
+    (``.NN-x.partial.old-*``). Their stages were not recorded as done, so they run again."""
+    prefixes = tuple(f".{p.directory.name}.{kind}" for p in stages for kind in ("tmp-", "old-", "partial.old-"))
+    for entry in run_dir.iterdir():
+        if entry.name.startswith(prefixes) and entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write ``path`` in one rename: a kill never leaves a truncated stage.json behind (which
+    would make every later run fail on it instead of re-running the stage)."""
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+#: stage settings that name something a stage reads
+PATH_KEYS = ("model", "student", "teacher", "dataset", "mlm", "label_with", "importance")
+
+
+def external_inputs(recipe: Recipe) -> list[tuple[str, str]]:
+    """Every path the recipe reads that no stage of it produces: the recipe file, the model, the
+    teacher, datasets, scores... (values with a ``${stage}`` reference are the run's own)."""
+    header = recipe.header
+    found: list[tuple[str, str]] = [("recipe", str(recipe.source.filename)), ("model", str(header.model))]
+    if header.teacher and not references(header.teacher):
+        found.append(("teacher", header.teacher))
+    for stage in recipe.stages:
+        for key in PATH_KEYS:
+            value = stage.settings.get(key)
+            if isinstance(value, str) and value and not references(value):
+                found.append((f"{stage.name}.{key}", value))
+    return found
+
+
+def check_outputs(recipe: Recipe, run_dir: Path, stages: list[PlannedStage]) -> None:
+    """Refuse a run whose directory or any stage directory (or its OUT.partial) is, contains or
+    lies inside a path the recipe reads: running it would overwrite or delete that input."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise GhostifyError(f"run directory {run_dir} exists and is a file; choose another -o")
+    outputs = [run_dir]
+    for planned in stages:
+        outputs.append(planned.directory)
+        if planned.stage.command.trains:
+            outputs.append(partial_dir(planned.directory))
+    inputs = external_inputs(recipe)
+    check_disjoint(outputs, inputs)
+    from ..checkpoint import load_config
+
+    for label, value in inputs:  # a missing model or teacher fails now, not after writing the run directory
+        if label in ("model", "teacher"):
+            load_config(value)
 
 
 def _execute(planned: PlannedStage) -> None:
@@ -166,6 +228,7 @@ def dry_run(recipe: Recipe, run_dir: str | Path) -> list[dict[str, Any]]:
     from ..steps import attach_ghost, info, prune
 
     stages = plan(recipe, run_dir)
+    check_outputs(recipe, Path(run_dir), stages)  # the real run would refuse these
     rows = []
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")

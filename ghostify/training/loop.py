@@ -15,6 +15,7 @@ import json
 import math
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -71,10 +72,14 @@ class Progress:
     best: float | None = None
     best_step: int | None = None
     history: list[dict[str, Any]] = field(default_factory=list)  # evaluation results
+    logged: int | None = 0  # lines of metrics.jsonl written up to this state (None: unknown)
+    running: list[float] = field(default_factory=list)  # losses since the last logged mean
 
     @classmethod
     def load(cls, path: Path) -> "Progress":
-        return cls(**json.loads(path.read_text()))
+        data = json.loads(path.read_text())
+        data.setdefault("logged", None)  # a state saved before the count was kept
+        return cls(**data)
 
 
 @dataclass
@@ -173,7 +178,7 @@ def train(
         resuming = _resume_decision(work, output, fingerprint, resume=resume, overwrite=overwrite)
         accelerator.wait_for_everyone()  # every process decided before the main one changes anything
         if main and not resuming:
-            shutil.rmtree(work, ignore_errors=True)
+            _remove_dir(work)
             work.mkdir(parents=True)
             (work / "run.json").write_text(json.dumps(fingerprint))
         accelerator.wait_for_everyone()
@@ -203,6 +208,8 @@ def train(
             accelerator.load_state(str(work / "state"))
             progress = Progress.load(work / "state" / "progress.json")
         metrics_file = work / "metrics.jsonl"
+        if resuming and main and progress.logged is not None:
+            _keep_lines(metrics_file, progress.logged)  # drop what was logged after the saved state
         started = time.perf_counter()
         bar = _progress_bar(main, describe, total_steps, progress.step)
 
@@ -210,11 +217,13 @@ def train(
             if main:
                 with metrics_file.open("a") as f:
                     f.write(json.dumps(record) + "\n")
+            if progress.logged is not None:
+                progress.logged += 1
 
         def save_state() -> None:
             _save_state(accelerator, work, progress)
 
-        running: list[float] = []
+        running = progress.running  # saved with the state: a resumed run logs the same means
         for epoch in range(progress.epoch, settings.epochs):
             train_loader.set_epoch(epoch)
             loader = train_loader
@@ -268,8 +277,9 @@ def train(
         if main:
             with atomic_directory(output, overwrite=overwrite or output.exists()) as tmp:
                 if evaluation is not None and (work / "best").is_dir():
-                    for item in (work / "best").iterdir():
-                        shutil.move(str(item), tmp / item.name)
+                    # linked (or copied), not moved: until `work` is gone, a kill must leave `best`
+                    # whole for the resume that finishes the run again
+                    shutil.copytree(work / "best", tmp, dirs_exist_ok=True, copy_function=_link_or_copy)
                 else:
                     save_student(accelerator.unwrap_model(objective).student, tmp, _extra(objective, accelerator))
                 if metrics_file.exists():
@@ -277,7 +287,7 @@ def train(
                 (tmp / "training.json").write_text(json.dumps(
                     {"steps": progress.step, "best": progress.best, "best_step": progress.best_step,
                      "evaluations": progress.history, **fingerprint}, indent=2))
-            shutil.rmtree(work, ignore_errors=True)
+            _remove_dir(work)
         accelerator.wait_for_everyone()
         return TrainResult(output, progress.step, progress.best, progress.history, time.perf_counter() - started)
     finally:
@@ -341,6 +351,34 @@ def _save_state(accelerator, work: Path, progress: Progress) -> None:
         os.replace(tmp, work / "state")
         shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
+
+
+def _remove_dir(path: Path) -> None:
+    """Remove ``path`` as one step: renamed away first, so that a kill never leaves it half
+    deleted (a resume would find a partial training state)."""
+    if not path.exists():
+        return
+    trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+    os.replace(path, trash / path.name)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _link_or_copy(source: str, destination: str) -> None:
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)
+
+
+def _keep_lines(path: Path, count: int) -> None:
+    """Keep the first ``count`` lines of ``path`` (replaced in one rename)."""
+    if not path.is_file():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    if len(lines) > count:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(lines[:count]))
+        os.replace(tmp, path)
 
 
 def _replace_dir(path: Path, write: Callable[[Path], None]) -> None:

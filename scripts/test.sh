@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Install what the tests need (scripts/env.sh) and run them: python -m pytest -q -n 2 [ARGS...]
+# Extra arguments go to pytest, e.g. `scripts/test.sh tests/test_kill.py` or `scripts/test.sh -n 0 -x`.
+set -euo pipefail
+# shellcheck source=scripts/env.sh
+. "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+ghostify_env
+cd "$REPO"
+python -c "import torch, transformers; print('torch', torch.__version__, '| transformers', transformers.__version__)"
+exec python -m pytest -q -n 2 "$@"
