@@ -1,0 +1,351 @@
+"""Does the ghost pay? GhostBERT's comparison (Table 10) at CPU scale, with seeds and error bars.
+
+For every (task, seed) one teacher is fine-tuned and scored once; for every width one pruned
+model is made from it. The arms then differ only in what happens to that pruned model before the
+same distillation and fine-tuning budget: nothing (``pruned``), ``attach-ghost`` with the paper's
+settings (``ghost``), or a ghost variant (initialisation, kernel size, no softmax, no ReLU).
+
+    python benchmarks/study_ghost_vs_pruned.py                       # the main grid
+    python benchmarks/study_ghost_vs_pruned.py --grid init --grid ablation
+    python benchmarks/study_ghost_vs_pruned.py --report-only         # tables and figure from results
+
+Each finished arm is one line of ``results.jsonl`` in ``--results``; an arm already there is
+skipped, so the study can be stopped at any moment and started again. Checkpoints go to
+``--work`` (not kept in git); an arm's own checkpoints are deleted once its result is written
+unless ``--keep``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import statistics
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine_info, machine_line  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+#: two-sided 95% Student-t quantiles by degrees of freedom (paired differences over seeds)
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One way of turning the pruned model into the student that is distilled and fine-tuned."""
+
+    name: str
+    width: str  # "6/12"; "12/12" means unpruned
+    ghost: dict[str, Any] | None = None  # attach-ghost settings; None: no ghost modules
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.width}"
+
+
+def grid_arms(grids: list[str], widths: list[str], init_width: str, ablation_width: str, inits: list[str]) -> list[Arm]:
+    arms: list[Arm] = []
+    if "main" in grids:
+        for width in widths:
+            arms += [Arm("pruned", width), Arm("ghost", width, {})]
+        arms.append(Arm("ghost", "12/12", {}))
+    if "init" in grids:
+        arms += [Arm("pruned", init_width), Arm("ghost", init_width, {})]
+        arms += [Arm(f"ghost-init-{init}", init_width, {"init": init}) for init in inits]
+    if "ablation" in grids:
+        arms += [Arm("pruned", ablation_width), Arm("ghost", ablation_width, {})]
+        arms += [Arm(f"ghost-k{k}", ablation_width, {"kernel_size": k}) for k in (1, 5, 9)]
+        arms += [Arm("ghost-no-softmax", ablation_width, {"softmax": False}),
+                 Arm("ghost-no-relu", ablation_width, {"relu": False})]
+    unique: dict[str, Arm] = {}
+    for arm in arms:
+        unique.setdefault(arm.key, arm)
+    return list(unique.values())
+
+
+@dataclass
+class Budget:
+    """The training budget, the same for every arm (and the teacher's)."""
+
+    train_samples: int = 2000
+    max_length: int = 64
+    teacher_epochs: int = 2
+    teacher_learning_rate: float = 1e-4
+    importance_samples: int = 512
+    distill_epochs: int = 1
+    distill_learning_rate: float = 2e-4
+    finetune_epochs: int = 1
+    finetune_learning_rate: float = 1e-4
+    teacher_weight: float = 0.5
+    batch_size: int = 32
+
+
+@dataclass
+class Study:
+    model: str
+    dataset: str
+    work: Path
+    results: Path
+    budget: Budget = field(default_factory=Budget)
+    keep: bool = False
+
+    # ----- shared per (task, seed) ------------------------------------------------------------
+    def teacher(self, task: str, seed: int) -> Path:
+        from ghostify import steps
+
+        out = self.work / f"{task}-s{seed}" / "teacher"
+        if not out.is_dir():
+            b = self.budget
+            steps.finetune(self.model, out, task=task, dataset=self.dataset, max_samples=b.train_samples,
+                           max_length=b.max_length, epochs=b.teacher_epochs, learning_rate=b.teacher_learning_rate,
+                           batch_size=b.batch_size, seed=seed)
+        return out
+
+    def scored(self, task: str, seed: int) -> Path:
+        from ghostify import steps
+
+        out = self.work / f"{task}-s{seed}" / "scored"
+        if not out.is_dir():
+            steps.importance(self.teacher(task, seed), out, task=task, dataset=self.dataset,
+                             samples=self.budget.importance_samples, max_length=self.budget.max_length, seed=seed)
+        return out
+
+    def pruned(self, task: str, seed: int, width: str) -> Path:
+        from ghostify import steps
+
+        if width == "12/12":
+            return self.teacher(task, seed)
+        out = self.work / f"{task}-s{seed}" / f"pruned-{width.replace('/', 'of')}"
+        if not out.is_dir():
+            steps.prune(self.scored(task, seed), out, width=width)
+        return out
+
+    # ----- one arm ----------------------------------------------------------------------------
+    def run_arm(self, task: str, seed: int, arm: Arm) -> dict[str, Any]:
+        from ghostify import steps
+
+        b = self.budget
+        started = time.perf_counter()
+        root = self.work / f"{task}-s{seed}" / "arms" / arm.key.replace("/", "of")
+        shutil.rmtree(root, ignore_errors=True)  # an interrupted arm starts over: its result is all-or-nothing
+        teacher = self.teacher(task, seed)
+        student = self.pruned(task, seed, arm.width)
+        if arm.ghost is not None:
+            steps.attach_ghost(student, root / "ghost", seed=seed, **arm.ghost)
+            student = root / "ghost"
+        common = dict(task=task, dataset=self.dataset, max_samples=b.train_samples, max_length=b.max_length,
+                      batch_size=b.batch_size, seed=seed)
+        steps.distill(teacher, student, root / "distilled", epochs=b.distill_epochs,
+                      learning_rate=b.distill_learning_rate, **common)
+        steps.finetune(root / "distilled", root / "final", teacher=teacher, teacher_weight=b.teacher_weight,
+                       epochs=b.finetune_epochs, learning_rate=b.finetune_learning_rate, **common)
+        final = steps.evaluate(root / "final", task=task, dataset=self.dataset, max_length=b.max_length)
+        size = steps.info(root / "final")
+        result = {
+            "task": task, "seed": seed, "arm": arm.name, "width": arm.width, "ghost": arm.ghost,
+            "metrics": final["metrics"], "score": glue_score(final["metrics"]),
+            "flops": size["flops"], "params": size["params"], "seconds": round(time.perf_counter() - started, 1),
+        }
+        if not self.keep:
+            shutil.rmtree(root, ignore_errors=True)
+        return result
+
+    def teacher_result(self, task: str, seed: int) -> dict[str, Any]:
+        from ghostify import steps
+
+        teacher = self.teacher(task, seed)
+        final = steps.evaluate(teacher, task=task, dataset=self.dataset, max_length=self.budget.max_length)
+        size = steps.info(teacher)
+        return {"task": task, "seed": seed, "arm": "teacher", "width": "12/12", "ghost": None,
+                "metrics": final["metrics"], "score": glue_score(final["metrics"]), "flops": size["flops"],
+                "params": size["params"], "seconds": None}
+
+
+def glue_score(metrics: dict[str, float]) -> float:
+    """GLUE's convention: the mean of a task's reported metrics (F1 and accuracy for MRPC, Pearson
+    and Spearman for STS-B), in points."""
+    keys = [k for k in ("accuracy", "f1", "matthews_correlation", "pearson", "spearman") if k in metrics]
+    return 100 * statistics.fmean(metrics[k] for k in keys)
+
+
+# ----- results --------------------------------------------------------------------------------
+def read_results(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def append_result(path: Path, result: dict[str, Any]) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(result) + "\n")
+        f.flush()
+
+
+def result_key(result: dict[str, Any]) -> tuple[str, int, str]:
+    return result["task"], int(result["seed"]), f"{result['arm']}@{result['width']}"
+
+
+def mean_std(values: list[float]) -> str:
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    return f"{statistics.fmean(values):.1f} ± {statistics.stdev(values):.1f}"
+
+
+def paired_interval(differences: list[float]) -> str:
+    n = len(differences)
+    if n < 2:
+        return f"{differences[0]:+.1f} (1 seed)" if differences else "–"
+    mean, sd = statistics.fmean(differences), statistics.stdev(differences)
+    half = T_975.get(n - 1, 1.96) * sd / math.sqrt(n)
+    return f"{mean:+.1f} [{mean - half:+.1f}, {mean + half:+.1f}]"
+
+
+def tables(results: list[dict[str, Any]]) -> str:
+    """Markdown: per task and width the teacher, pruned and ghost scores (mean ± std over seeds),
+    the paired ghost − pruned difference with its 95% interval, and the average over tasks."""
+    by = {result_key(r): r for r in results}
+    tasks = sorted({r["task"] for r in results})
+    widths = sorted({r["width"] for r in results if r["arm"] != "teacher"}, key=_width_value, reverse=True)
+    arms = sorted({r["arm"] for r in results if r["arm"] not in ("teacher",)}, key=lambda a: (a != "pruned", a != "ghost", a))
+    lines = ["| task | width | teacher | " + " | ".join(arms) + " | ghost − pruned (95% CI) | seeds |",
+             "|---|---|---|" + "---|" * len(arms) + "---|---|"]
+    averages: dict[tuple[str, str], list[float]] = {}
+    for task in tasks:
+        seeds = sorted({int(r["seed"]) for r in results if r["task"] == task})
+        teacher = [by[(task, s, "teacher@12/12")]["score"] for s in seeds if (task, s, "teacher@12/12") in by]
+        for width in widths:
+            cells = []
+            for arm in arms:
+                values = [by[(task, s, f"{arm}@{width}")]["score"] for s in seeds if (task, s, f"{arm}@{width}") in by]
+                cells.append(mean_std(values))
+                if values and len(values) == len(seeds):
+                    averages.setdefault((arm, width), []).append(statistics.fmean(values))
+            diffs = [by[(task, s, f"ghost@{width}")]["score"] - by[(task, s, f"pruned@{width}")]["score"]
+                     for s in seeds if (task, s, f"ghost@{width}") in by and (task, s, f"pruned@{width}") in by]
+            if all(c == "–" for c in cells):
+                continue
+            lines.append(f"| {task} | {width} | {mean_std(teacher)} | " + " | ".join(cells) +
+                         f" | {paired_interval(diffs)} | {len(seeds)} |")
+    lines += ["", "Average over the tasks (only where every task has every seed):", "",
+              "| width | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+    for width in widths:
+        row = [f"{statistics.fmean(averages[(a, width)]):.1f}" if len(averages.get((a, width), [])) == len(tasks) else "–"
+               for a in arms]
+        if any(c != "–" for c in row):
+            lines.append(f"| {width} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _width_value(width: str) -> float:
+    top, _, bottom = width.partition("/")
+    return float(top) / float(bottom or 1)
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> Path | None:
+    """Score against FLOPs, one panel per task, mean over seeds with min–max bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = sorted({r["task"] for r in results})
+    if not tasks:
+        return None
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.4), dpi=120, squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for arm, style in (("pruned", "o-"), ("ghost", "s-"), ("teacher", "*")):
+            points = {}
+            for r in results:
+                if r["task"] == task and r["arm"] == arm:
+                    points.setdefault(r["width"], []).append((r["flops"], r["score"]))
+            if not points:
+                continue
+            xs, ys, lo, hi = [], [], [], []
+            for width in sorted(points, key=_width_value):
+                flops = statistics.fmean(p[0] for p in points[width]) / 1e9
+                scores = [p[1] for p in points[width]]
+                mean = statistics.fmean(scores)
+                xs.append(flops), ys.append(mean), lo.append(mean - min(scores)), hi.append(max(scores) - mean)
+            ax.errorbar(xs, ys, yerr=[lo, hi], fmt=style, capsize=3, label=arm, markersize=8 if arm == "teacher" else 5)
+        ax.set_title(task)
+        ax.set_xlabel("GFLOPs (seq 128)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("GLUE score")
+    axes[0][-1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def write_reports(results_dir: Path, machine: str) -> None:
+    results = read_results(results_dir / "results.jsonl")
+    text = f"# Ghost vs pruned: results\n\nMachine: {machine}\n\n" + tables(results)
+    (results_dir / "table.md").write_text(text)
+    plot(results, results_dir / "score_vs_flops.png")
+    print(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=str(SHARED / "models" / "all-MiniLM-L6-v2"))
+    parser.add_argument("--dataset", default=str(SHARED / "data" / "glue"))
+    parser.add_argument("--tasks", default="sst2,mrpc,stsb,rte")
+    parser.add_argument("--widths", default="1/12,3/12,6/12")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--grid", action="append", choices=["main", "init", "ablation"],
+                        help="which arms: main (pruned and ghost at every width, plus 12/12 ghost), init (ghost "
+                        "initialisations at --init-width), ablation (kernel 1/5/9, no softmax, no ReLU at 3/12)")
+    parser.add_argument("--inits", default="center,zero-scale", help="attach-ghost --init values of the init grid")
+    parser.add_argument("--init-width", default="3/12")
+    parser.add_argument("--ablation-width", default="3/12")
+    parser.add_argument("--train-samples", type=int, default=Budget.train_samples)
+    parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "studies" / "ghost-vs-pruned")
+    parser.add_argument("--work", type=Path, default=REPO / "runs" / "study-ghost-vs-pruned")
+    parser.add_argument("--keep", action="store_true", help="keep every arm's checkpoints")
+    parser.add_argument("--report-only", action="store_true")
+    args = parser.parse_args(argv)
+
+    args.results.mkdir(parents=True, exist_ok=True)
+    info = machine_info()
+    machine = machine_line(info)
+    if args.report_only:
+        write_reports(args.results, machine)
+        return 0
+    warnings.simplefilter("ignore")
+    study = Study(args.model, args.dataset, args.work, args.results, Budget(train_samples=args.train_samples), args.keep)
+    (args.results / "budget.json").write_text(json.dumps({**asdict(study.budget), "model": Path(args.model).name}, indent=2))
+    arms = grid_arms(args.grid or ["main"], args.widths.split(","), args.init_width, args.ablation_width,
+                     [i for i in args.inits.split(",") if i])
+    results_file = args.results / "results.jsonl"
+    # task-major, then seed: every (task, seed) finishes its teacher and arms before the next starts
+    for task in args.tasks.split(","):
+        for seed in (int(s) for s in args.seeds.split(",")):
+            done = {result_key(r) for r in read_results(results_file)}
+            if (task, seed, "teacher@12/12") not in done:
+                append_result(results_file, study.teacher_result(task, seed))
+            for arm in arms:
+                if (task, seed, arm.key) in done:
+                    continue
+                print(f"[{time.strftime('%H:%M:%S')}] {task} seed {seed} {arm.key}", flush=True)
+                result = study.run_arm(task, seed, arm)
+                append_result(results_file, result)
+                print(f"    score {result['score']:.2f} in {result['seconds']:.0f} s", flush=True)
+            write_reports(args.results, machine)
+    write_reports(args.results, machine)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
