@@ -13,7 +13,6 @@ largest resident set of a fresh process that builds both models and runs only th
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import subprocess
 import sys

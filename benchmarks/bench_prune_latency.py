@@ -31,7 +31,6 @@ import copy
 import gc
 import sys
 import tempfile
-from fractions import Fraction
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -28,12 +28,9 @@ from torch import nn
 from .architectures import get_adapter
 from .errors import CheckpointError, GhostifyError
 from .record import RECORD_KEY, GhostifyRecord
-from .embeddings import restore_embeddings
-from .ghost import restore_ghosts
-from .grouped import restore_grouped
-from .pruning.surgery import apply_structure, dense_record
-from .references import restore_references, write_references
-from .sharing import restore_sharing
+from .methods import restore_all
+from .pruning.surgery import dense_record
+from .references import write_references
 
 log = logging.getLogger(__name__)
 
@@ -186,15 +183,7 @@ def load_model(
     with _quiet_transformers():
         build = getattr(cls, "from_config", None) or cls._from_config  # Auto classes / model classes
         model = build(config, **kwargs)
-    # Rebuild every recorded structural change before the strict load, in this fixed order:
-    # sharing (so the later steps see the distinct layers), pruning, grouped layers, ghosts,
-    # factorised embeddings, reference attention. Each is a no-op when its record is None.
-    restore_sharing(model, adapter, record)  # shared layers of record.sharing (one module per group)
-    apply_structure(model, adapter, record)
-    restore_grouped(model, adapter, record)  # grouped layers of record.grouped (after pruning: its widths)
-    restore_ghosts(model, adapter, record)  # ghost modules of record.ghost, before the strict load
-    restore_embeddings(model, record)  # factorised word embeddings of record.embeddings
-    restore_references(model, record, source)  # reference attention and its store (record.references)
+    restore_all(model, adapter, record, str(source))  # every recorded structural change, in the registry's order
     _load_weights_strictly(model, weights, expected_class=_auto_class(config, None))
     model.eval()
     return model

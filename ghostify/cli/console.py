@@ -8,6 +8,8 @@ import sys
 from typing import Any
 
 from rich.console import Console
+
+from ..units import human  # noqa: F401  (the commands format numbers with it)
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)  # never break paths across lines
@@ -31,10 +33,3 @@ def progress(description: str, total: int | None) -> Progress:
         transient=True,
         disable=not err.is_terminal,
     )
-
-
-def human(n: float) -> str:
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f}{unit}"
-    return f"{n:.0f}"

@@ -7,6 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from ..pruning import ImportanceScores
+from ..methods import describe_all
 from ..record import GhostifyRecord
 from .console import err, human, out
 
@@ -35,41 +36,8 @@ def print_info(data: dict[str, Any]) -> None:
     table.add_row("encoder parameters", f"{human(data['encoder_params'])} (layers, without embeddings)")
     table.add_row("embedding parameters", human(data["embedding_params"]))
     table.add_row("FLOPs", f"{human(data['flops'])} (batch 1, {data['seq_len']} tokens, no embedding lookup)")
-    store = data.get("reference_store")
-    if store:
-        table.add_row("reference store", f"{human(store['bytes'])}B ({store['bytes']:,} bytes, {store['entries']:,} entries, "
-                      f"{store['tokens']:,} tokens; not parameters), δ {store['delta']}")
-    if data.get("ghost_params") or data.get("ghost_flops"):
-        table.add_row("ghost parameters", f"{human(data['ghost_params'])} ({data['ghost_params']:,}, included above)")
-        table.add_row("ghost FLOPs", f"{human(data['ghost_flops'])} (included above)")
-    table.add_row("heads per layer", str(data["heads_per_layer"]))
-    table.add_row("FFN per layer", str(data["ffn_per_layer"]))
-    ghost = data["ghost"]
-    if ghost and isinstance(ghost.get("settings"), dict):
-        from ..ghost import GhostSettings
-
-        table.add_row("ghost", GhostSettings.from_dict(ghost["settings"]).describe())
-    else:
-        table.add_row("ghost", "none" if not ghost else str(ghost))
-    embeddings = data.get("embeddings")
-    if embeddings:
-        table.add_row(
-            "factorised embeddings",
-            f"{embeddings['vocab']} x {embeddings['rank']} + {embeddings['rank']} x {embeddings['width']} "
-            f"({human(embeddings['params_after'])}, {human(embeddings['params_saved'])} saved; error {embeddings['error']:.4f})",
-        )
-    applications = data.get("layer_applications") or []
-    if data.get("sharing") or any(n > 1 for n in applications):
-        from ..sharing import describe
-
-        runs = f"{len(applications)} distinct layers run {applications} times"
-        table.add_row("shared layers", f"{describe(data['sharing'])}; {runs}" if data.get("sharing") else runs)
-    grouped = data.get("grouped")
-    if grouped:
-        kept = f"{100 * grouped['kept_norm']:.1f}% of the squared weight norm kept"
-        if grouped.get("permute"):
-            kept += f" (permuted; {100 * grouped['kept_norm_identity']:.1f}% without)"
-        table.add_row("grouped layers", f"{','.join(grouped['modules'])} in {grouped['groups']} groups; {kept}")
+    for what, value in describe_all(data):  # each structural method says what it did
+        table.add_row(what, value)
     for step in data["history"]:
         args = ", ".join(f"{k}={v}" for k, v in step["arguments"].items() if k != "model")
         table.add_row(f"history: {step['command']}", f"{step['time']}  {args}")

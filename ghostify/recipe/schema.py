@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import json
 import os
 import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from .. import steps
+from ..methods import METHODS, order_problem, stage_methods
 from ..errors import GhostifyError
 from .yaml_source import Location, RecipeSource
 
@@ -261,9 +265,24 @@ def _partial_header(raw: dict[str, Any]) -> RecipeHeader:
     return RecipeHeader.model_construct(model=str(raw.get("model", "")), teacher=teacher if isinstance(teacher, str) else None)
 
 
+def _methods_of_model(model: str | None) -> dict[str, str]:
+    """The structural methods a local input model already has (from its config.json's record)."""
+    config = Path(str(model or "")) / "config.json"
+    try:
+        record = json.loads(config.read_text()).get("ghostify") if config.is_file() else None
+    except (OSError, ValueError):
+        return {}  # an unreadable config is reported when the stage loads it
+    if not isinstance(record, dict):
+        return {}
+    present = SimpleNamespace(**{m.record_key: record.get(m.record_key) for m in METHODS})
+    return {m.name: f"the model {model}" for m in METHODS if m.present(present)}
+
+
 def _check_order(source: RecipeSource, header: RecipeHeader, stages: list[Stage]) -> list[str]:
-    """References point backwards; a teacher exists before distill; tasks are known."""
+    """References point backwards; a teacher exists before distill; tasks are known; the structural
+    methods come in an order they allow (``Method.before``), starting from the recipe's model."""
     problems = []
+    applied = _methods_of_model(header.model)
     seen: dict[str, Stage] = {}
     top = {"model", "teacher"}
     for ref in references(header.teacher or ""):
@@ -289,6 +308,11 @@ def _check_order(source: RecipeSource, header: RecipeHeader, stages: list[Stage]
                     f"{source.where(stage.location)}: distill runs before its teacher ${{{teacher_stage[0]}}} exists; "
                     "move the teacher's stage before it"
                 )
+        for method in stage_methods(stage.command.name, stage.settings):
+            problem = order_problem(method, applied, METHODS)
+            if problem is not None:
+                problems.append(f"{source.where(stage.location)}: {problem}")
+            applied[method.name] = f"the output of stage {stage.index + 1} ({stage.command.name})"
         needs_task = stage.command.name in ("importance", "distill", "finetune", "eval", "augment")
         if needs_task and not stage.settings.get("task") and not stage.settings.get("text_columns"):
             problems.append(f"{source.where(stage.location)}: {stage.command.name} needs a task; set data.task (e.g. sst2)")

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 from ..architectures import get_adapter
 from ..checkpoint import check_output_dir, load_config, load_model, max_positions, model_record, read_record, save_checkpoint
-from ..errors import GhostifyError
 from ..ghost import GhostSettings, attach_ghosts, ghost_record
 from ..ghost.inject import check_family, no_pruned_heads
 from ..ghost.settings import DEFAULT_POSITIONS
+from ..methods import check_order
 from ..record import GhostifyRecord, history_entry
 from ..seeding import check_seed
 
@@ -65,10 +65,7 @@ def _check_model(config, settings: GhostSettings) -> None:
     """What can be refused from the config alone, before loading any weights."""
     adapter = get_adapter(config)
     record = read_record(config)
-    if record is not None and record.ghost:
-        raise GhostifyError(
-            "the model already has ghost modules; attach to the checkpoint they were attached to (its history names it)"
-        )
+    check_order("ghost", record)
     check_family(adapter, settings, config.model_type)
     settings.check_model(max_positions=max_positions(config))
     num_heads = adapter.num_heads(config)

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from ..architectures import get_adapter
 from ..checkpoint import check_output_dir, load_config, load_model, model_record, read_record, save_checkpoint
-from ..errors import GhostifyError
 from ..grouped import check_groups, group_linear as group_in_place, grouped_record, module_widths, parse_modules
+from ..methods import check_order
 from ..record import GhostifyRecord, history_entry
 
 
@@ -36,10 +36,7 @@ def group_linear(
     out = check_output_dir(output, overwrite=overwrite, inputs=(model,))
     config = load_config(model)
     record = read_record(config)
-    if record is not None and record.grouped:
-        raise GhostifyError("the model already has grouped layers; group the checkpoint it was made from (its history names it)")
-    if record is not None and record.ghost:
-        raise GhostifyError("the model has ghost modules; run group-linear before attach-ghost (on the checkpoint they were attached to)")
+    check_order("grouped", record)
     get_adapter(config)
     check_groups(groups, module_widths(config, record, names))
     net = load_model(model)

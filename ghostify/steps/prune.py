@@ -10,6 +10,7 @@ from ..checkpoint import check_output_dir, load_config, load_model, model_record
 from ..errors import GhostifyError
 from ..pruning import ALLOCATIONS, SCORES_NAME, ImportanceScores, check_scores_match, magnitude_importance, parse_width
 from ..pruning import prune as prune_in_place
+from ..methods import check_order
 from ..record import GhostifyRecord, history_entry
 
 
@@ -72,10 +73,7 @@ def _check_widths(config, heads_width, allocation: str) -> None:
     from ..checkpoint import read_record
 
     record = read_record(config)
-    if record is not None and record.grouped:
-        raise GhostifyError(
-            "the model has grouped layers (group-linear); prune before group-linear: prune the checkpoint it was made from"
-        )
+    check_order("pruning", record)
     from ..pruning.allocation import heads_for_width
 
     num_heads = get_adapter(config).num_heads(config)

@@ -9,7 +9,8 @@ from ..architectures import get_adapter
 from ..checkpoint import check_output_dir, load_config, load_model, model_record, read_record, save_checkpoint
 from ..errors import GhostifyError
 from ..record import GhostifyRecord, history_entry
-from ..sharing import INITS, check_order, share
+from ..methods import check_order
+from ..sharing import INITS, share
 
 
 def share_layers(
@@ -34,7 +35,7 @@ def share_layers(
     config = load_config(model)
     adapter = get_adapter(config)
     plan = adapter.sharing_groups(config, groups)  # refuses a bad --groups before loading weights
-    check_order(read_record(config))  # ghosts, grouped layers, references: refused before loading
+    check_order("sharing", read_record(config))  # ghosts, grouped layers, references: refused before loading
     if len(plan) == adapter.num_layers(config):
         warnings.warn(f"--groups {groups} gives every layer its own group: nothing is shared", stacklevel=2)
     net = load_model(model)
