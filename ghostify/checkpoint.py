@@ -1,5 +1,6 @@
 """Checkpoint directories: HF ``config.json`` with the ghostify record, ``model.safetensors``,
-tokenizer files and any extra artefacts (importance scores, ...), written atomically.
+tokenizer files and any extra artefacts (importance scores, ...), written atomically (the file
+handling itself is :mod:`ghostify.files`).
 
 ``load_model`` rebuilds the structure from the record first (after checking the record against
 the config) and then loads the weights strictly: a key that is missing, unexpected or of the
@@ -13,10 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import logging
 import os
-import shutil
-import tempfile
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,12 +25,12 @@ from torch import nn
 
 from .architectures import get_adapter
 from .errors import CheckpointError, GhostifyError
+from .files import atomic_directory, copy_tokenizer
 from .record import RECORD_KEY, GhostifyRecord
 from .methods import restore_all
 from .pruning.surgery import dense_record
 from .references import write_references
 
-log = logging.getLogger(__name__)
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -411,107 +409,6 @@ def model_record(model: nn.Module) -> GhostifyRecord:
 # ----------------------------------------------------------------------------------------------
 # writing
 # ----------------------------------------------------------------------------------------------
-def check_output_dir(output: str | os.PathLike, *, overwrite: bool, inputs: tuple[Any, ...] = ()) -> Path:
-    """Refuse an output that exists (unless ``overwrite``) or that overlaps an input.
-
-    ``inputs`` are every path the command reads (model, teacher, scores, dataset, ...), each a
-    path or a ``(label, path)`` pair; hub ids and other paths that do not exist are skipped."""
-    out = Path(output).expanduser()
-    check_disjoint([out], inputs)
-    if out.exists() and not overwrite:
-        raise GhostifyError(f"output directory {out} already exists; pass --overwrite to replace it or choose another -o")
-    if out.exists() and not out.is_dir():
-        raise GhostifyError(f"output {out} exists and is a file; choose another -o")
-    for parent in out.absolute().parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise GhostifyError(f"output {out} cannot be created: {parent} is a file, not a directory; choose another -o")
-            break
-    return out
-
-
-def check_disjoint(outputs, inputs, *, flag: str = "-o") -> None:
-    """Refuse any output that is, contains or lies inside an existing input: writing it (with
-    --overwrite, replacing it) would modify or delete what the command reads."""
-    for output in outputs:
-        if output is None:
-            continue
-        dst = Path(output).expanduser().resolve()
-        for item in inputs:
-            label, source = item if isinstance(item, tuple) else ("input", item)
-            if source is None or str(source) == "" or not Path(str(source)).expanduser().exists():
-                continue
-            src = Path(str(source)).expanduser().resolve()
-            named = f"{label} {source}" if label == "input" else f"input {label} {source}"
-            if dst == src:
-                raise GhostifyError(f"output {output} is the {named}; inputs are never modified: choose another {flag}")
-            if src.is_relative_to(dst):
-                raise GhostifyError(f"output {output} contains the {named}; inputs are never modified: choose another {flag}")
-            if dst.is_relative_to(src):
-                raise GhostifyError(f"output {output} lies inside the {named}; inputs are never modified: choose another {flag}")
-
-
-def _umask() -> int:
-    """The process umask. Linux shows it in /proc without changing it; elsewhere reading it means
-    setting it, so it is set straight back (a moment in which another thread's files could get
-    the stand-in mask: the restrictive 0o077 errs on the private side)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    old = os.umask(0o077)
-    os.umask(old)
-    return old
-
-
-def _apply_umask(root: Path) -> None:
-    """Give a finished output the permissions the user's umask asks for: mkdtemp makes 0700
-    directories and safetensors writes 0600 files, which other users could not read."""
-    mask = _umask()
-    os.chmod(root, 0o777 & ~mask)
-    for directory, dirs, files in os.walk(root):
-        for name in dirs:
-            os.chmod(os.path.join(directory, name), 0o777 & ~mask)
-        for name in files:
-            path = os.path.join(directory, name)
-            if not os.path.islink(path):
-                os.chmod(path, 0o666 & ~mask)
-
-
-@contextlib.contextmanager
-def atomic_directory(output: str | os.PathLike, *, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary sibling directory; on success it replaces ``output`` in one rename.
-
-    A crash (or Ctrl-C, SIGTERM, SIGHUP) removes the temporary directory, and never leaves a
-    half-written ``output``."""
-    out = Path(output).expanduser()
-    if out.exists() and not overwrite:
-        raise GhostifyError(f"output directory {out} already exists; pass --overwrite to replace it or choose another -o")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        yield tmp
-        _apply_umask(tmp)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            try:
-                os.replace(out, old / out.name)
-                os.replace(tmp, out)
-            except BaseException:  # interrupted between the two renames: put the old output back
-                if not out.exists() and (old / out.name).exists():
-                    os.replace(old / out.name, out)
-                raise
-            finally:
-                shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 def save_checkpoint(
     model: nn.Module,
     output: str | os.PathLike,
@@ -583,36 +480,3 @@ def _unshare(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         out[key] = tensor.clone() if ptr in seen else tensor
         seen.add(ptr)
     return out
-
-
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.txt",
-    "vocab.json",
-    "merges.txt",
-    "sentencepiece.bpe.model",
-    "spm.model",
-    "added_tokens.json",
-)
-
-
-def copy_tokenizer(source: str | os.PathLike, destination: Path) -> bool:
-    """Copy the tokenizer files of a local checkpoint (or save a hub tokenizer); False if none."""
-    src = Path(source)
-    if src.is_dir():
-        copied = False
-        for name in TOKENIZER_FILES:
-            if (src / name).is_file():
-                shutil.copy2(src / name, destination / name)
-                copied = True
-        return copied
-    try:
-        from transformers import AutoTokenizer
-
-        AutoTokenizer.from_pretrained(str(source)).save_pretrained(str(destination))
-        return True
-    except (OSError, ValueError) as exc:
-        log.debug("no tokenizer saved for %s: %s", source, exc)
-        return False

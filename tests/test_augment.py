@@ -402,7 +402,7 @@ def test_cli_refuses_a_real_encoder_without_mlm_head(minilm, tiny, tmp_path, cap
 @pytest.mark.real
 def test_real_sst2_sentences(glue, minilm, tmp_path, capsys):
     """8 real SST-2 sentences, the real MiniLM tokenizer and a tiny random MLM of its vocabulary size."""
-    from ghostify.checkpoint import copy_tokenizer
+    from ghostify.files import copy_tokenizer
 
     mlm = tmp_path / "mlm"
     tiny_model("bert", "masked-lm", vocab_size=30522).save_pretrained(mlm)

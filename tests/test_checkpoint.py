@@ -11,7 +11,7 @@ import torch
 
 from ghostify import load_model, save_checkpoint
 from ghostify.architectures import get_adapter
-from ghostify.checkpoint import atomic_directory
+from ghostify.files import atomic_directory
 from ghostify.errors import CheckpointError, GhostifyError, UnsupportedModelError
 from ghostify.pruning import magnitude_importance, prune
 from ghostify.pruning.surgery import dense_record

@@ -8,7 +8,6 @@ parameters, FLOPs, metrics and wall time go to ``RUN_DIR/report.json`` and ``rep
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -20,7 +19,7 @@ from typing import Any, Callable
 
 import yaml
 
-from ..checkpoint import atomic_directory, check_disjoint
+from ..files import atomic_directory, check_disjoint, write_text_atomically
 from ..errors import GhostifyError
 from ..training.loop import partial_dir
 from .overrides import apply_overrides
@@ -142,13 +141,13 @@ def run(
         wall = time.perf_counter() - started
         summary = stage_summary(planned, wall)
         record = {"stamp": uuid.uuid4().hex, "fingerprint": _fingerprint(planned), "summary": summary}
-        _write_atomically(planned.directory / STAGE_FILE, json.dumps(record, indent=2))
+        write_text_atomically(planned.directory / STAGE_FILE, json.dumps(record, indent=2))
         rows.append({**summary, "status": "ran"})
         write_report(run_dir, recipe, rows)
     final = next((p for p in reversed(stages) if p.stage.command.produces == "model"), None)
     if final is not None:
         # the final checkpoint reproduces itself: `ghostify run OUT/recipe.yaml -o NEW_RUN`
-        _write_atomically(final.directory / RECIPE_FILE, yaml.safe_dump(recipe.raw, sort_keys=False))
+        write_text_atomically(final.directory / RECIPE_FILE, yaml.safe_dump(recipe.raw, sort_keys=False))
     return write_report(run_dir, recipe, rows)
 
 
@@ -160,14 +159,6 @@ def _remove_leftovers(run_dir: Path, stages: list[PlannedStage]) -> None:
     for entry in run_dir.iterdir():
         if entry.name.startswith(prefixes) and entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Write ``path`` in one rename: a kill never leaves a truncated stage.json behind (which
-    would make every later run fail on it instead of re-running the stage)."""
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 #: stage settings that name something a stage reads

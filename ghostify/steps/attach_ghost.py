@@ -6,7 +6,8 @@ import os
 from collections.abc import Sequence
 
 from ..architectures import get_adapter
-from ..checkpoint import check_output_dir, load_config, load_model, max_positions, model_record, read_record, save_checkpoint
+from ..checkpoint import load_config, load_model, max_positions, model_record, read_record, save_checkpoint
+from ..files import check_output_dir
 from ..ghost import GhostSettings, attach_ghosts, ghost_record
 from ..ghost.inject import check_family, no_pruned_heads
 from ..ghost.settings import DEFAULT_POSITIONS

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from ..augment import CandidateProposer, default_per_example, example_rng, sample_variants
-from ..checkpoint import TOKENIZER_FILES, atomic_directory, check_output_dir, load_config, load_model
+from ..checkpoint import load_config, load_model
+from ..files import TOKENIZER_FILES, atomic_directory, check_output_dir
 from ..data import DEFAULT_DATASET, label_kind, load_split, resolve_task
 from ..errors import CheckpointError, DataError, GhostifyError
 from .common import check_max_length, default_device, load_tokenizer

@@ -19,7 +19,7 @@ def load_tokenizer(source: str | os.PathLike):
     otherwise build an empty one from a directory without tokenizer files)."""
     from transformers import AutoTokenizer
 
-    from ..checkpoint import TOKENIZER_FILES
+    from ..files import TOKENIZER_FILES
 
     fix = "copy the tokenizer files of the original model into it"
     path = Path(source)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..architectures import get_adapter
-from ..checkpoint import check_disjoint, check_output_dir
+from ..files import check_disjoint, check_output_dir
 from ..references.distill import ReferenceDistillObjective, check_reference_options, prepare_references
 from ..data import DEFAULT_DATASET
 from ..seeding import seed_everything

@@ -6,7 +6,8 @@ import os
 import warnings
 
 from ..architectures import get_adapter
-from ..checkpoint import check_output_dir, load_config, load_model, model_record, read_record, save_checkpoint
+from ..checkpoint import load_config, load_model, model_record, read_record, save_checkpoint
+from ..files import check_output_dir
 from ..embeddings import check_rank, embeddings_record
 from ..embeddings import factorize_embeddings as factorize
 from ..record import GhostifyRecord, history_entry

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import check_disjoint, check_output_dir
+from ..files import check_disjoint, check_output_dir
 from ..data import DEFAULT_DATASET
 from ..training.loop import TrainResult, TrainSettings, partial_dir
 from ..training.loop import train as run_training

@@ -6,7 +6,8 @@ import os
 from collections.abc import Sequence
 
 from ..architectures import get_adapter
-from ..checkpoint import check_output_dir, load_config, load_model, model_record, read_record, save_checkpoint
+from ..checkpoint import load_config, load_model, model_record, read_record, save_checkpoint
+from ..files import check_output_dir
 from ..grouped import check_groups, group_linear as group_in_place, grouped_record, module_widths, parse_modules
 from ..methods import check_order
 from ..record import GhostifyRecord, history_entry

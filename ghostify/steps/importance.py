@@ -6,7 +6,8 @@ import os
 import warnings
 from pathlib import Path
 
-from ..checkpoint import check_output_dir, load_config, load_model, model_record, save_checkpoint
+from ..checkpoint import load_config, load_model, model_record, save_checkpoint
+from ..files import check_output_dir
 from ..data import DEFAULT_DATASET, batches, load_split, resolve_task
 from ..errors import GhostifyError
 from ..pruning import SCORES_NAME, ImportanceScores, compute_importance

@@ -6,7 +6,8 @@ import os
 import warnings
 from pathlib import Path
 
-from ..checkpoint import check_output_dir, load_config, load_model, model_record, save_checkpoint
+from ..checkpoint import load_config, load_model, model_record, save_checkpoint
+from ..files import check_output_dir
 from ..errors import GhostifyError
 from ..pruning import ALLOCATIONS, SCORES_NAME, ImportanceScores, check_scores_match, magnitude_importance, parse_width
 from ..pruning import prune as prune_in_place

@@ -6,7 +6,8 @@ import os
 import warnings
 
 from ..architectures import get_adapter
-from ..checkpoint import check_output_dir, load_config, load_model, model_record, read_record, save_checkpoint
+from ..checkpoint import load_config, load_model, model_record, read_record, save_checkpoint
+from ..files import check_output_dir
 from ..errors import GhostifyError
 from ..record import GhostifyRecord, history_entry
 from ..methods import check_order

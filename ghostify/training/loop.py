@@ -15,7 +15,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -26,7 +25,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ..checkpoint import atomic_directory
+from ..files import atomic_directory, remove_tree
 from ..errors import GhostifyError
 from .metrics import compute_metrics
 
@@ -178,7 +177,7 @@ def train(
         resuming = _resume_decision(work, output, fingerprint, resume=resume, overwrite=overwrite)
         accelerator.wait_for_everyone()  # every process decided before the main one changes anything
         if main and not resuming:
-            _remove_dir(work)
+            remove_tree(work)
             work.mkdir(parents=True)
             (work / "run.json").write_text(json.dumps(fingerprint))
         accelerator.wait_for_everyone()
@@ -287,7 +286,7 @@ def train(
                 (tmp / "training.json").write_text(json.dumps(
                     {"steps": progress.step, "best": progress.best, "best_step": progress.best_step,
                      "evaluations": progress.history, **fingerprint}, indent=2))
-            _remove_dir(work)
+            remove_tree(work)
         accelerator.wait_for_everyone()
         return TrainResult(output, progress.step, progress.best, progress.history, time.perf_counter() - started)
     finally:
@@ -351,16 +350,6 @@ def _save_state(accelerator, work: Path, progress: Progress) -> None:
         os.replace(tmp, work / "state")
         shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
-
-
-def _remove_dir(path: Path) -> None:
-    """Remove ``path`` as one step: renamed away first, so that a kill never leaves it half
-    deleted (a resume would find a partial training state)."""
-    if not path.exists():
-        return
-    trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
-    os.replace(path, trash / path.name)
-    shutil.rmtree(trash, ignore_errors=True)
 
 
 def _link_or_copy(source: str, destination: str) -> None:
