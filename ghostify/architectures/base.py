@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..attention import use_attention_kernel
+
 
 @dataclass(frozen=True)
 class LayerPaths:
@@ -187,14 +189,12 @@ class ArchitectureAdapter(ABC):
 
     def install_reference_attention(self, attention: nn.Module) -> None:
         """Make the first layer's ``attention`` module attend to references too (RefBERT): through
-        a registered attention function here; families that compute attention themselves override."""
+        ghostify's attention kernel here; families that compute attention themselves override."""
         if not self.uses_attention_interface:
             from ..errors import GhostifyError
 
             raise GhostifyError(f"reference attention is not implemented for {type(self).__name__}")
-        from ..references.attention import use_reference_attention
-
-        use_reference_attention(attention)
+        use_attention_kernel(attention)  # its ``ghostify_reference`` child is the kernel's column hook
 
     def paths_for_layer(self, layer: nn.Module) -> LayerPaths:
         return self._paths

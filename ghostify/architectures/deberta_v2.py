@@ -8,6 +8,7 @@ import types
 import torch
 from torch import nn
 
+from ..attention import key_validity, shifted_attention
 from .base import ArchitectureAdapter, LayerPaths
 
 
@@ -17,8 +18,6 @@ def _reference_forward(self, hidden_states, attention_mask, output_attentions=Fa
     scores only (relative positions do not exist between the input and another example), at the
     same scale as the content scores."""
     from transformers.models.deberta_v2.modeling_deberta_v2 import scaled_size_sqrt
-
-    from ..references.attention import key_validity, shifted_attention
 
     if query_states is None:
         query_states = hidden_states

@@ -9,6 +9,7 @@ import types
 import torch
 from torch import nn
 
+from ..attention import key_validity, shifted_attention
 from .base import ArchitectureAdapter, LayerPaths, register_head_index
 
 
@@ -23,8 +24,6 @@ def _select_bias_heads(module: nn.Module, args: tuple) -> tuple | None:
 def _reference_forward(self, hidden_states, attention_mask=None, position_bias=None, output_attentions=False, **kwargs):
     """MPNetSelfAttention.forward with RefBERT's reference columns (content-only scores: the
     relative-position bias has no meaning between the input and another example)."""
-    from ..references.attention import key_validity, shifted_attention
-
     hidden_shape = (*hidden_states.shape[:-1], -1, self.attention_head_size)
     q = self.q(hidden_states).view(hidden_shape).transpose(1, 2)
     k = self.k(hidden_states).view(hidden_shape).transpose(1, 2)

@@ -13,9 +13,9 @@ from typing import Any
 from torch import nn
 
 from ..architectures import ArchitectureAdapter, get_adapter
+from ..attention import use_attention_kernel
 from ..errors import CheckpointError, GhostifyError
 from ..seeding import generator
-from .attention import AttentionConfigView, register_ghost_attention
 from .context import GhostContext
 from .modules import GhostColumns, GhostConv, GhostLinear, GhostMapConv, GhostValue, ghost_projection
 from .settings import ATTENTION_POSITIONS, GhostSettings
@@ -168,16 +168,13 @@ def _install(model: nn.Module, adapter: ArchitectureAdapter, settings: GhostSett
         raise no_pruned_heads(adapter.num_heads(config))
 
     # nothing above modified the model; from here on nothing can fail
-    if set(settings.positions) & set(ATTENTION_POSITIONS):
-        register_ghost_attention()
     for edit in edits:
         if edit.child is None:
             adapter.set_submodule(edit.layer, edit.path, edit.module)
         else:
             attention = adapter.submodule(edit.layer, edit.path)
-            attention.add_module(edit.child, edit.module)
-            if not isinstance(attention.config, AttentionConfigView):
-                attention.config = AttentionConfigView(config)
+            attention.add_module(edit.child, edit.module)  # a hook of ghostify's attention kernel
+            use_attention_kernel(attention, config)
     context.install(model.base_model)
 
 

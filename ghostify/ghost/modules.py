@@ -204,7 +204,7 @@ class GhostMapConv(nn.Module):
     ) -> None:
         super().__init__()
         self.heads, self.kernel_size, self.softmax, self.relu, self.features = heads, kernel_size, softmax, relu, features
-        self.context = context  # read by the attention function for the padding mask
+        self.context = context  # the padding mask of the forward pass (add_scores)
         self.weight = nn.Parameter(torch.empty(heads, features, kernel_size, kernel_size, device=device, dtype=dtype))
         self.reset_parameters()
 
@@ -231,6 +231,11 @@ class GhostMapConv(nn.Module):
         if self.relu:
             out = out.relu_()
         return scores + (out.sum(2) if f > 1 else out.squeeze(2))
+
+    def add_scores(self, scores: torch.Tensor) -> torch.Tensor:
+        """The attention kernel's score hook: the ghost maps of ``scores``, padding from the context."""
+        batch, _, length, _ = scores.shape
+        return self(scores, self.context.keep(scores, batch, length) if self.context is not None else None)
 
     def extra_repr(self) -> str:
         return f"heads={self.heads}, kernel_size={self.kernel_size}, softmax={self.softmax}, relu={self.relu}, features={self.features}"

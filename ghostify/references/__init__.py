@@ -1,7 +1,7 @@
 """RefBERT (Wang et al., 2021): the student's first layer also attends to the teacher's
 pre-computed representations of a similar training example, retrieved at inference without the
-teacher. ``search`` finds neighbours, ``store`` holds the teacher's representations,
-``attention`` is the δ-shifted first-layer attention, ``module`` wires both into a model."""
+teacher. ``search`` finds neighbours, ``store`` holds the teacher's representations, ``module``
+wires both into a model; the δ-shifted first-layer attention is a hook of :mod:`ghostify.attention`."""
 
 from .module import (REFERENCES_NAME, ReferenceAttention, find_references, install_references,
                      restore_references, write_references)

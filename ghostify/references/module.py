@@ -5,11 +5,12 @@ module, holds the store (as non-persistent buffers, so it moves with the model b
 Per forward pass: a pre-hook on the encoder arms it; a pre-hook on the first layer keeps that
 layer's input (the embedding-layer output) for the first application only (a shared ALBERT layer
 runs again without references); the attention then asks :meth:`ReferenceAttention.consume` for the
-reference keys/values. Training passes each example's teacher-chosen reference
-(:meth:`ReferenceAttention.given`); otherwise the reference is retrieved cheaply: the masked mean
-of the first layer's input, mapped by a ridge regression into the teacher's sentence-embedding
-space, nearest by cosine among the index keys. Training marks the map stale; it is refitted on
-the current student before the next retrieval and before saving.
+reference keys/values (it is the column hook of ghostify's attention kernel, which also runs the
+first layer's qk/v ghost modules and score capture). Training passes each example's
+teacher-chosen reference (:meth:`ReferenceAttention.given`); otherwise the reference is retrieved
+cheaply: the masked mean of the first layer's input, mapped by a ridge regression into the
+teacher's sentence-embedding space, nearest by cosine among the index keys. Training marks the map
+stale; it is refitted on the current student before the next retrieval and before saving.
 """
 
 from __future__ import annotations
@@ -209,9 +210,6 @@ def install_references(model: nn.Module, *, teacher_hidden: int, delta: float,
     if getattr(attention, "ghostify_reference", None) is not None:
         raise GhostifyError("the student already has reference attention (distill --references ran on it); "
                             "distill its source again, or distill without --references")
-    if getattr(attention, "ghost_qk", None) is not None or getattr(attention, "ghost_v", None) is not None:
-        raise GhostifyError("the student's first layer has qk or v ghost modules; reference attention needs a plain "
-                            "first layer: attach ghost modules to later layers only, or distill without --references")
     module = ReferenceAttention(teacher_hidden=teacher_hidden, student_hidden=adapter.hidden_size(model.config),
                                 delta=delta, key=_relative(paths.key, paths.attention),
                                 value=_relative(paths.value, paths.attention), ridge_alpha=ridge_alpha)

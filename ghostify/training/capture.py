@@ -1,79 +1,38 @@
 """Capture what layer-wise distillation compares: hidden states after every attention block and
 every FFN block, and pre-softmax attention scores.
 
-Attention scores come from a registered attention function (transformers' ``AttentionInterface``)
-that computes attention eagerly and records ``Q·Kᵀ·scale`` before the mask and softmax, so nothing
-depends on ``output_attentions`` (which SDPA does not support). Families whose attention does not
-go through the interface say so through their adapter.
+Attention scores are recorded by ghostify's attention kernel (:mod:`ghostify.attention`, registered
+with transformers' ``AttentionInterface``), which computes attention eagerly and records
+``Q·Kᵀ·scale`` (with any ghost maps) before the mask and softmax, so nothing depends on
+``output_attentions`` (which SDPA does not support). Switching a model to the kernel keeps the
+modules that already run it (ghosted or referenced layers) with their hooks, so their scores are
+recorded too. Families whose attention does not go through the interface say so through their adapter.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from ..architectures import get_adapter
+from ..attention import ATTENTION, recording_scores
 from ..errors import GhostifyError
-
-CAPTURE_ATTENTION = "ghostify_capture"
-_score_sink: contextvars.ContextVar[list | None] = contextvars.ContextVar("ghostify_score_sink", default=None)
-_registered = False
-
-
-def _capturing_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    scaling = scaling if scaling is not None else query.size(-1) ** -0.5
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
-    sink = _score_sink.get()
-    if sink is not None:
-        sink.append(scores)
-    if attention_mask is not None:
-        if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
-        else:
-            scores = scores + attention_mask
-    probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    probs = F.dropout(probs, p=dropout, training=module.training)
-    output = torch.matmul(probs, value).transpose(1, 2).contiguous()
-    return output, probs
-
-
-def record_scores(scores: torch.Tensor) -> None:
-    """Record pre-softmax scores from an attention function other than the capturing one
-    (reference attention records its input's own columns) while scores are being captured."""
-    sink = _score_sink.get()
-    if sink is not None:
-        sink.append(scores)
-
-
-def register_capture_attention() -> str:
-    """Register the capturing attention function (and its eager-style mask) once."""
-    global _registered
-    if not _registered:
-        from transformers import AttentionInterface
-        from transformers.masking_utils import AttentionMaskInterface, eager_mask
-
-        AttentionInterface.register(CAPTURE_ATTENTION, _capturing_attention)
-        AttentionMaskInterface.register(CAPTURE_ATTENTION, eager_mask)
-        _registered = True
-    return CAPTURE_ATTENTION
 
 
 def enable_score_capture(model: nn.Module) -> None:
-    """Switch ``model`` to the capturing attention function (raises for families without the
-    attention interface)."""
+    """Switch ``model`` to ghostify's attention kernel, which records scores inside :func:`capture`
+    (raises for families without the attention interface)."""
     adapter = get_adapter(model.config)
     if not adapter.uses_attention_interface:
         raise GhostifyError(
             f"attention-score distillation needs transformers' attention interface, which {model.config.model_type} "
             "does not use; set --attention-weight 0 for this model"
         )
-    model.set_attn_implementation(register_capture_attention())
+    model.set_attn_implementation(ATTENTION)
 
 
 @dataclass
@@ -98,10 +57,9 @@ def capture(model: nn.Module, *, attention_blocks: bool = True, scores: bool = F
         for layer in adapter.layers(model):
             block = layer.get_submodule(adapter.paths_for_layer(layer).attention_block)
             handles.append(block.register_forward_hook(keep))
-    token = _score_sink.set(captured.scores if scores else None)
     try:
-        yield captured
+        with recording_scores(captured.scores if scores else None):
+            yield captured
     finally:
-        _score_sink.reset(token)
         for handle in handles:
             handle.remove()

@@ -134,13 +134,7 @@ class DistillObjective(Objective):
         if weights.sop_weight > 0:  # saved with the projections, not part of the student
             self.projections["sop"] = nn.Linear(ds, 2)
         self.heads = _head_selection(student, teacher, layer_map) if weights.attention_weight > 0 else []
-        if weights.attention_weight > 0:
-            positions = (model_record(student).ghost or {}).get("settings", {}).get("positions", [])
-            if {"qk", "v"} & set(positions):
-                raise GhostifyError(
-                    "attention-score distillation cannot read the scores of layers with qk or v ghost modules; "
-                    "set --attention-weight 0 for this student"
-                )
+        if weights.attention_weight > 0:  # ghosted layers' scores include their ghost maps
             enable_score_capture(student)
             enable_score_capture(teacher)
         teacher.eval().requires_grad_(False)
