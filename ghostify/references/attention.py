@@ -5,7 +5,7 @@ input or of the reference) gets weight 0, so it stays inert whatever δ is.
 Families whose attention runs through transformers' AttentionInterface get it as a registered
 attention function, switched on for the first layer's attention module only (through a view of
 the config, as ghost attention does); DeBERTa-v2 and MPNet call :func:`shifted_attention` from
-their adapters' own first-layer forward.
+their own first-layer forwards (``references.families``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..attention_scores import record_scores
 from ..errors import GhostifyError
 from ..ghost.attention import AttentionConfigView
 
@@ -79,8 +80,6 @@ def reference_attention_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The registered attention function of the first layer (eager otherwise: a shared ALBERT
     layer's later applications, and layers called without references)."""
-    from ..training.capture import record_scores
-
     if getattr(module, "ghost_qk", None) is not None or getattr(module, "ghost_v", None) is not None:
         raise GhostifyError("the first layer has qk or v ghost modules and reference attention; attach ghost "
                             "modules only to later layers (attach-ghost --layers) or distill without --references")

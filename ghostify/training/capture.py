@@ -10,7 +10,6 @@ go through the interface say so through their adapter.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -19,10 +18,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..architectures import get_adapter
+from ..attention_scores import score_sink as _score_sink
 from ..errors import GhostifyError
 
 CAPTURE_ATTENTION = "ghostify_capture"
-_score_sink: contextvars.ContextVar[list | None] = contextvars.ContextVar("ghostify_score_sink", default=None)
 _registered = False
 
 
@@ -41,14 +40,6 @@ def _capturing_attention(module, query, key, value, attention_mask, scaling=None
     probs = F.dropout(probs, p=dropout, training=module.training)
     output = torch.matmul(probs, value).transpose(1, 2).contiguous()
     return output, probs
-
-
-def record_scores(scores: torch.Tensor) -> None:
-    """Record pre-softmax scores from an attention function other than the capturing one
-    (reference attention records its input's own columns) while scores are being captured."""
-    sink = _score_sink.get()
-    if sink is not None:
-        sink.append(scores)
 
 
 def register_capture_attention() -> str:
