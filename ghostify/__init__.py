@@ -7,9 +7,8 @@ Example:
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from .checkpoint import load_model, save_checkpoint  # noqa: E402
-from .errors import GhostifyError  # noqa: E402
+from .checkpoint import load_model, save_checkpoint
+from .errors import GhostifyError
+from .version import __version__
 
 __all__ = ["GhostifyError", "__version__", "load_model", "save_checkpoint"]

@@ -15,21 +15,31 @@ import contextlib
 import errno
 import json
 import os
+import pickle
+import re
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import safetensors.torch  # save_file looked up per call: a full disk is simulated by patching it
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file
 from torch import nn
 
 from .architectures import get_adapter
 from .errors import CheckpointError, GhostifyError
 from .files import atomic_directory, copy_tokenizer
-from .record import RECORD_KEY, GhostifyRecord
+from .ghost import check_ghost_record
 from .methods import restore_all
 from .pruning.surgery import dense_record
+from .record import RECORD_KEY, GhostifyRecord
 from .references import write_references
+from .sharing import distinct_layers
+
+# transformers is imported inside the functions that use it (marked "deferred"): its import takes
+# seconds, and `import ghostify` (the CLI's --help, record-only commands) should not pay for it.
 
 
 WEIGHTS_NAME = "model.safetensors"
@@ -54,7 +64,7 @@ def is_local(source: str | os.PathLike) -> bool:
 
 def load_config(source: str | os.PathLike, **overrides: Any):
     """The HF config of a local directory or hub id, with a one-line error when it is unusable."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # deferred
 
     source = str(source)
     path = Path(source)
@@ -95,8 +105,8 @@ def read_record(config) -> GhostifyRecord | None:
         num_heads=adapter.num_heads(config),
         ffn_size=adapter.ffn_size(config),
         num_layers=_distinct_layers(config, adapter, record),
-        max_positions=max_positions(config),
     )
+    check_ghost_record(record.ghost, source, max_positions=max_positions(config))
     return record
 
 
@@ -109,16 +119,13 @@ def max_positions(config) -> int:
 def _distinct_layers(config, adapter, record: GhostifyRecord) -> int | None:
     """How many distinct layers the config builds (the record lists one entry per distinct layer)."""
     try:
-        if config.model_type == "albert":  # shares through its config (share-layers rewrites it)
-            return int(config.num_hidden_groups) * int(config.inner_group_num)
-        groups = (record.sharing or {}).get("groups") if isinstance(record.sharing, dict) else None
-        return len(groups) if isinstance(groups, list) and groups else adapter.num_layers(config)
+        return distinct_layers(config, adapter, record.sharing)
     except (AttributeError, TypeError, ValueError):
         return None  # the rebuild's own check names the problem
 
 
 def _auto_class(config, head: str | None):
-    import transformers
+    import transformers  # deferred
 
     if head is None:
         architectures = getattr(config, "architectures", None) or []
@@ -193,9 +200,6 @@ def _load_weights_strictly(model: nn.Module, path: Path, expected_class) -> None
     Only when the model is loaded with another head than it was saved with (a bare encoder into
     a classification model, say) may task-head weights be missing (freshly initialised, with a
     warning) or left over (dropped)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     try:
         state = _align_prefix(load_file(str(path)), model)
     except (SafetensorError, ValueError) as exc:
@@ -244,8 +248,6 @@ PICKLE_FIX = ("convert it to safetensors in a trusted environment with transform
 def check_safetensors(path: Path) -> None:
     """A one-line error for an empty, truncated or corrupt safetensors file (its header covers
     every tensor's bytes, so reading it finds a cut-off file without loading the tensors)."""
-    from safetensors import SafetensorError, safe_open
-
     if path.stat().st_size == 0:
         raise CheckpointError(f"corrupt weights file {path}: it is empty (0 bytes), the checkpoint was not written "
                               "completely; re-create or re-download the checkpoint")
@@ -269,8 +271,6 @@ def _check_plain_weights(directory: Path) -> None:
 
 def _pickle_error(source, exc: BaseException) -> CheckpointError:
     """torch's unpickling refusal, without its advice to load untrusted pickles unsafely."""
-    import re
-
     match = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
     what = f"it references {match.group(1)}" if match else "it holds more than plain tensors"
     path = Path(str(source)) / "pytorch_model.bin" if is_local(source) else source
@@ -279,10 +279,6 @@ def _pickle_error(source, exc: BaseException) -> CheckpointError:
 
 def _load_plain(cls, source, config, kwargs: dict[str, Any], *, expected_class) -> nn.Module:
     """``from_pretrained`` with transformers' loading report turned into strict checks."""
-    import pickle
-
-    from safetensors import SafetensorError
-
     if is_local(source):
         _check_plain_weights(Path(source))
     try:
@@ -390,7 +386,7 @@ def _align_prefix(state: dict[str, torch.Tensor], model: nn.Module) -> dict[str,
 @contextlib.contextmanager
 def _quiet_transformers() -> Iterator[None]:
     """transformers logs every freshly initialised weight; ghostify says it once itself."""
-    from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # deferred
 
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
@@ -436,8 +432,6 @@ def write_checkpoint(
     extra_files: dict[str, Callable[[Path], None]] | None = None,
 ) -> None:
     """The files of a checkpoint, into an existing directory (callers provide the atomicity)."""
-    from safetensors.torch import save_file
-
     write_references(model, directory, record)  # the reference store; completes record.references
     config = model.config
     setattr(config, RECORD_KEY, record.to_dict())
@@ -445,7 +439,7 @@ def write_checkpoint(
     config.save_pretrained(directory)
     skip = set(getattr(model, "all_tied_weights_keys", {}) or {}) | set(alias_keys(model))  # each tensor once
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in skip}
-    save_file(_unshare(state), str(directory / WEIGHTS_NAME), metadata={"format": "pt"})
+    safetensors.torch.save_file(_unshare(state), str(directory / WEIGHTS_NAME), metadata={"format": "pt"})
     if tokenizer_source is not None:
         copy_tokenizer(tokenizer_source, directory)
     for name, writer in (extra_files or {}).items():

@@ -213,7 +213,7 @@ def _install(model: nn.Module, old: nn.Module, new: FactorizedEmbedding, decoder
 def _drop_weight_tie(model: nn.Module, target: str, source: str) -> None:
     """Remove ``target <- source`` from transformers' tied-weights mappings (the factors are shared
     by the decoder itself), keeping every other tie (the decoder bias)."""
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedModel  # deferred: transformers' modeling code takes seconds to import
 
     def keep(prefix: str, mapping: dict[str, str]) -> dict[str, str]:
         full = (lambda key: f"{prefix}.{key}") if prefix else (lambda key: key)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 
 class GhostifyError(Exception):
     """An error caused by the user's input; the CLI prints it as one line and exits non-zero."""
@@ -27,8 +29,6 @@ class Terminated(BaseException):
     removed and training's ``finally`` blocks run before the CLI exits with 128 + the signal."""
 
     def __init__(self, signum: int):
-        import signal
-
         self.signum = signum
         self.name = signal.Signals(signum).name
         super().__init__(f"terminated by {self.name}")

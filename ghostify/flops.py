@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from .architectures import get_adapter
+from .errors import GhostifyError
 
 
 @dataclass
@@ -63,8 +64,6 @@ def _eager_attention(model: nn.Module):
 def count_flops(model: nn.Module, seq_len: int = 128, batch_size: int = 1) -> int:
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and seq_len > limit - 2:  # RoBERTa-style models offset positions by 2
-        from .errors import GhostifyError
-
         raise GhostifyError(f"--seq-len {seq_len} exceeds the model's {limit} positions; choose a shorter one")
     device = next(model.parameters()).device
     vocab = int(getattr(model.config, "vocab_size", 1000))

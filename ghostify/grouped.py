@@ -9,7 +9,7 @@ Which channels share a block is free to choose. ``permute=True`` searches for th
 co-clustering of rows and columns that keeps most of the weights' squared Frobenius norm in the
 blocks (alternating balanced assignment, best seen kept). Channel orders that neighbouring weights
 can absorb cost nothing: the heads (rows of Q, K, V with the columns of O; whole heads, so Q and
-K keep one order within each head and MPNet/DeBERTa position terms follow through the adapter's
+K keep one order within each head and MPNet/DeBERTa position terms follow through pruning's
 ``set_heads``) and the FFN's intermediate channels (rows of FFN-up with the columns of FFN-down)
 are reordered in the dense weights. Orders of the residual stream (inputs of Q, K, V and FFN-up,
 outputs of O and FFN-down) change what neighbouring LayerNorms and residual sums see, so they are
@@ -29,8 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .architectures import ArchitectureAdapter, LayerPaths
+from .architectures import ArchitectureAdapter, LayerPaths, get_adapter
 from .errors import CheckpointError, GhostifyError
+from .pruning.surgery import prune_layer
 
 GROUPED_RECORD_FORMAT = 1
 #: user-facing module names -> LayerPaths attributes
@@ -422,8 +423,6 @@ def group_linear(
     Updates ``record.heads`` when heads are reordered (their original indices, as after pruning).
     Returns the channel orders and the kept fraction of the squared Frobenius norm.
     """
-    from .pruning.surgery import prune_layer
-
     result = GroupingResult(groups=groups, modules=list(modules), permute=permute)
     head_size = adapter.head_size(model.config)
     layers = adapter.layers(model)
@@ -547,8 +546,6 @@ def restore_grouped(model: nn.Module, adapter: ArchitectureAdapter, record: Any)
 def module_widths(config, record: Any, modules: Sequence[str]) -> dict[str, set[int]]:
     """The input and output widths of the chosen projections in every layer, from the config and
     the record alone (for checking --groups before loading weights)."""
-    from .architectures import get_adapter
-
     adapter = get_adapter(config)
     hidden, head_size = adapter.hidden_size(config), adapter.head_size(config)
     heads = record.heads_per_layer if record is not None else [adapter.num_heads(config)]

@@ -7,6 +7,9 @@ Example:
 
 from __future__ import annotations
 
+import csv
+import random
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -39,7 +42,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
 
 def tiny_config(model_type: str, **overrides: Any):
     """A small config of ``model_type``: 2 layers (ALBERT: 1 shared layer applied 3 times)."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # deferred: transformers takes seconds to import
 
     if model_type == "distilbert":
         kwargs: dict[str, Any] = dict(vocab_size=VOCAB, dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS, hidden_dim=FFN)
@@ -67,7 +70,7 @@ def tiny_model(
     **overrides: Any,
 ):
     """A randomly initialised tiny model in eval mode (deterministic for a given seed)."""
-    import transformers
+    import transformers  # deferred: transformers takes seconds to import
 
     config = tiny_config(model_type, num_labels=num_labels, **overrides)
     if num_labels == 1:
@@ -99,10 +102,6 @@ TOY_WORDS = ("the film was a story about people and places with music light time
 def write_toy_dataset(directory, *, train: int = 256, validation: int = 64, seed: int = 0, regression: bool = False):
     """A learnable text-classification (or regression) dataset as CSV files: the label says whether
     (or how often) the word "great" occurs. For fast end-to-end tests of the training commands."""
-    import csv
-    import random
-    from pathlib import Path
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
@@ -121,9 +120,7 @@ def write_toy_dataset(directory, *, train: int = 256, validation: int = 64, seed
 
 def tiny_tokenizer(directory):
     """A word-level BERT tokenizer over the toy vocabulary, saved in ``directory``."""
-    from pathlib import Path
-
-    from transformers import BertTokenizer
+    from transformers import BertTokenizer  # deferred: transformers' tokenizers take a while to import
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

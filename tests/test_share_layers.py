@@ -16,7 +16,7 @@ from ghostify.checkpoint import model_record
 from ghostify.errors import GhostifyError
 from ghostify.flops import count_flops, count_params
 from ghostify.pruning import compute_importance, gated, magnitude_importance, prune
-from ghostify.sharing import share
+from ghostify.sharing import plan_groups, share
 from ghostify.testing import tiny_batch, tiny_checkpoint, tiny_model, write_toy_dataset
 
 from .conftest import ALL_FAMILIES, run_cli
@@ -107,7 +107,7 @@ def test_albert_regroups_through_its_config(tmp_path):
     assert json.loads((path / "config.json").read_text())["num_hidden_groups"] == 3
     assert torch.equal(load_model(path)(**batch).logits, model(**batch).logits)
     with pytest.raises(GhostifyError, match=r"--groups 2 does not divide ALBERT's 3 layers .*choose one of \[1, 3\]"):
-        adapter.sharing_groups(model.config, 2)
+        plan_groups(adapter, model.config, 2)
 
 
 def test_prune_after_share_layers_keeps_the_sharing(tmp_path):

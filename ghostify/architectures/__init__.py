@@ -1,10 +1,11 @@
-"""Architecture adapters, one per model family, looked up by ``config.model_type``."""
+"""Architecture adapters, one per model family, looked up by ``config.model_type``: facts about
+the family (layout, config keys, sharing, attention), read by the compression methods."""
 
 from __future__ import annotations
 
 from ..errors import UnsupportedModelError
 from .albert import AlbertAdapter
-from .base import ArchitectureAdapter, LayerPaths
+from .base import ArchitectureAdapter, ConfigGroups, LayerPaths, group_of_step
 from .bert import BertAdapter, ElectraAdapter, RobertaAdapter
 from .deberta_v2 import DebertaV2Adapter
 from .distilbert import DistilBertAdapter
@@ -34,4 +35,4 @@ def get_adapter(config) -> ArchitectureAdapter:
     return _BY_TYPE[model_type]().bind(config)
 
 
-__all__ = ["ArchitectureAdapter", "LayerPaths", "SUPPORTED_MODEL_TYPES", "get_adapter"]
+__all__ = ["ArchitectureAdapter", "ConfigGroups", "LayerPaths", "SUPPORTED_MODEL_TYPES", "get_adapter", "group_of_step"]

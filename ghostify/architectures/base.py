@@ -1,19 +1,17 @@
-"""The adapter interface: everything ghostify needs to know about one model family.
+"""The adapter interface: what ghostify knows about one model family, written as data.
 
-Adapters are the only code that names Hugging Face submodules. Generic code (pruning, gates,
-ghost modules, FLOP counting) asks an adapter for *paths* of submodules relative to one encoder
-layer and never spells them itself.
+Adapters are the only code that names Hugging Face submodules and config keys. Each family is a
+set of class attributes (layer layout, config keys, dropout keys, how its layers are shared, what
+its attention supports); the base class only reads them (config values, submodules by path). What
+a compression method does with these facts lives with the method (sharing, pruning, references),
+so this package imports nothing of ghostify but its errors.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-import torch
 from torch import nn
-
-from ..attention import use_attention_kernel
 
 
 @dataclass(frozen=True)
@@ -34,17 +32,52 @@ class LayerPaths:
     attention_block: str = "attention"
 
 
-class ArchitectureAdapter(ABC):
-    """Base class; subclasses set the class attributes and override what differs."""
+@dataclass(frozen=True)
+class ConfigGroups:
+    """Layers shared through the config (ALBERT): ``config.<count_key>`` group modules at ``path``
+    (relative to ``model.base_model``), each running its ``config.<inner_count_key>`` layers listed
+    under ``inner``. Step ``i`` of ``L`` runs group ``int(i / (L / G))``, so ``G`` must divide ``L``
+    for the groups to be contiguous and equal."""
+
+    path: str
+    inner: str
+    count_key: str
+    inner_count_key: str
+
+
+def group_of_step(step: int, steps: int, groups: int) -> int:
+    """The group a :class:`ConfigGroups` family runs at ``step``, exactly as ALBERT's forward computes it."""
+    return int(step / (steps / groups))
+
+
+class ArchitectureAdapter:
+    """Base class; subclasses set the class attributes (and ``paths`` where the layout depends on the config)."""
 
     model_types: tuple[str, ...] = ()
-    #: paths of the encoder layers relative to ``model.base_model`` (ALBERT: its shared layers)
+    #: the family's name in messages
+    family: str = ""
+    #: where the projections sit inside one layer
+    layout: LayerPaths
+    #: config keys of the geometry; ``head_size_key`` / ``embedding_size_key``: an explicit head
+    #: width / word-embedding width where the family has one (else hidden / heads, hidden)
+    num_heads_key: str = "num_attention_heads"
+    hidden_size_key: str = "hidden_size"
+    ffn_size_key: str = "intermediate_size"
+    num_layers_key: str = "num_hidden_layers"
+    head_size_key: str | None = None
+    embedding_size_key: str | None = None
+    #: the layer modules relative to ``model.base_model``, one slot per step of the forward pass
+    #: (unless ``config_groups`` says the config shares them)
     layers_path: str = "encoder.layer"
+    config_groups: ConfigGroups | None = None
     #: modules relative to ``model.base_model`` that make up the embeddings (not encoder params)
     embedding_paths: tuple[str, ...] = ("embeddings",)
     #: attribute names on the attention module that hold the head count / total head width
     head_count_attrs: tuple[str, ...] = ("num_attention_heads",)
     head_width_attrs: tuple[str, ...] = ("all_head_size",)
+    #: the positional argument of the attention module's forward that carries a position bias with
+    #: one column per head, computed once for all layers (MPNet); a pruned layer selects its heads' columns
+    position_bias_arg: int | None = None
     #: whether attention runs through transformers' AttentionInterface (eager/SDPA/registered)
     uses_attention_interface: bool = True
     #: config attributes of the dropout on hidden states (embeddings, residual branches, task
@@ -54,20 +87,33 @@ class ArchitectureAdapter(ABC):
 
     # ----- configuration -------------------------------------------------------------------
     def num_heads(self, config) -> int:
-        return int(config.num_attention_heads)
+        return int(getattr(config, self.num_heads_key))
 
     def head_size(self, config) -> int:
-        return int(config.hidden_size) // self.num_heads(config)
+        explicit = getattr(config, self.head_size_key, None) if self.head_size_key else None
+        return int(explicit or self.hidden_size(config) // self.num_heads(config))
 
     def ffn_size(self, config) -> int:
-        return int(config.intermediate_size)
+        return int(getattr(config, self.ffn_size_key))
 
     def hidden_size(self, config) -> int:
-        return int(config.hidden_size)
+        return int(getattr(config, self.hidden_size_key))
 
-    @abstractmethod
+    def vocab_size(self, config) -> int:
+        return int(config.vocab_size)
+
+    def embedding_width(self, config) -> int:
+        """Columns of the word-embedding matrix (ALBERT, ELECTRA: a smaller embedding size)."""
+        explicit = getattr(config, self.embedding_size_key, None) if self.embedding_size_key else None
+        return int(explicit or self.hidden_size(config))
+
+    def num_layers(self, config) -> int:
+        """Layer applications in one forward pass (the depth, shared layers counted each time)."""
+        return int(getattr(config, self.num_layers_key))
+
     def paths(self, config) -> LayerPaths:
         """Where the projections sit inside one layer of this family."""
+        return self.layout
 
     def set_dropout(self, config, dropout: float | None, attention_dropout: float | None) -> None:
         """Set the dropout probabilities on ``config`` before a model is built from it (None: keep)."""
@@ -76,21 +122,21 @@ class ArchitectureAdapter(ABC):
                 for attr in attrs:
                     setattr(config, attr, float(value))
 
-    def vocab_size(self, config) -> int:
-        return int(config.vocab_size)
-
-    def embedding_width(self, config) -> int:
-        """Columns of the word-embedding matrix (ALBERT, ELECTRA: a smaller embedding size)."""
-        return self.hidden_size(config)
-
-    def num_layers(self, config) -> int:
-        """Layer applications in one forward pass (the depth, shared layers counted each time)."""
-        return int(config.num_hidden_layers)
-
     # ----- module access ---------------------------------------------------------------------
+    def step_groups(self, model: nn.Module) -> list[nn.Module]:
+        """For a :class:`ConfigGroups` family: the group module run at each step of one forward pass."""
+        groups, config = self.config_groups, model.config
+        modules = model.base_model.get_submodule(groups.path)
+        steps = self.num_layers(config)
+        count = int(getattr(config, groups.count_key))
+        return [modules[group_of_step(i, steps, count)] for i in range(steps)]
+
     def applied_layers(self, model: nn.Module) -> list[nn.Module]:
         """The encoder layer run at each step of one forward pass, in order: a layer shared by
         several steps (``share-layers``, ALBERT) appears once per step, as the same object."""
+        if self.config_groups is not None:
+            inner = self.config_groups.inner
+            return [layer for group in self.step_groups(model) for layer in getattr(group, inner)]
         return list(model.base_model.get_submodule(self.layers_path))
 
     def layers(self, model: nn.Module) -> list[nn.Module]:
@@ -121,81 +167,6 @@ class ArchitectureAdapter(ABC):
         parent = layer.get_submodule(parent_path) if parent_path else layer
         setattr(parent, name, module)
 
-    # ----- structural edits ------------------------------------------------------------------
-    def set_heads(self, layer: nn.Module, head_index: list[int], head_size: int) -> None:
-        """Record the kept heads on the attention module after its projections were sliced.
-
-        ``head_index`` holds the *original* indices of the kept heads, in their new order.
-        """
-        attention = layer.get_submodule(self.paths_for_layer(layer).attention)
-        for attr in self.head_count_attrs:
-            if hasattr(attention, attr):
-                setattr(attention, attr, len(head_index))
-        for attr in self.head_width_attrs:
-            if hasattr(attention, attr):
-                setattr(attention, attr, len(head_index) * head_size)
-
-    # ----- cross-layer sharing (share-layers) -----------------------------------------------
-    def sharing_groups(self, config, groups: int) -> list[list[int]]:
-        """Split the ``num_layers`` steps into ``groups`` contiguous groups; sizes differ by at
-        most one, the larger groups first (12 steps in 5 groups: 3, 3, 2, 2, 2)."""
-        depth = self.num_layers(config)
-        if not 1 <= groups <= depth:
-            from ..errors import GhostifyError
-
-            raise GhostifyError(f"--groups {groups} must be between 1 and the model's {depth} layers")
-        size, extra = divmod(depth, groups)
-        out, start = [], 0
-        for g in range(groups):
-            end = start + size + (1 if g < extra else 0)
-            out.append(list(range(start, end)))
-            start = end
-        return out
-
-    def share_layers(self, model: nn.Module, groups: list[list[int]], init: str) -> None:
-        """Make the steps of each group run ONE layer module, initialised from the group's layers
-        (``mean``: element-wise mean over its steps; ``first``: its first layer)."""
-        from ..sharing import group_state
-
-        slots = model.base_model.get_submodule(self.layers_path)
-        current = list(slots)
-        states = [group_state([current[i] for i in group], init) for group in groups]
-        used: set[int] = set()
-        for group, state in zip(groups, states):
-            target = current[group[0]]
-            if id(target) in used:  # an earlier group keeps this module: split it off
-                import copy
-
-                target = copy.deepcopy(target)
-            used.add(id(target))
-            if state is not None:
-                target.load_state_dict(state)
-            for i in group:
-                slots[i] = target
-
-    def restore_sharing(self, model: nn.Module, groups: list[list[int]]) -> None:
-        """Rebuild recorded sharing on a freshly built model (weights are loaded afterwards)."""
-        slots = model.base_model.get_submodule(self.layers_path)
-        if sum(len(g) for g in groups) != len(slots):
-            from ..errors import CheckpointError
-
-            raise CheckpointError(
-                f"the sharing record covers {sum(len(g) for g in groups)} layers but the config builds {len(slots)}; "
-                "the checkpoint's config.json was edited or is corrupt"
-            )
-        for group in groups:
-            for i in group[1:]:
-                slots[i] = slots[group[0]]
-
-    def install_reference_attention(self, attention: nn.Module) -> None:
-        """Make the first layer's ``attention`` module attend to references too (RefBERT): through
-        ghostify's attention kernel here; families that compute attention themselves override."""
-        if not self.uses_attention_interface:
-            from ..errors import GhostifyError
-
-            raise GhostifyError(f"reference attention is not implemented for {type(self).__name__}")
-        use_attention_kernel(attention)  # its ``ghostify_reference`` child is the kernel's column hook
-
     def paths_for_layer(self, layer: nn.Module) -> LayerPaths:
         return self._paths
 
@@ -211,12 +182,3 @@ def _has_submodule(module: nn.Module, path: str) -> bool:
     except AttributeError:
         return False
     return True
-
-
-def register_head_index(attention: nn.Module, head_index: list[int]) -> None:
-    """Store the kept original head indices as a (non-persistent) buffer on a module."""
-    index = torch.tensor(head_index, dtype=torch.long)
-    if "ghostify_head_index" in attention._buffers:
-        attention.ghostify_head_index = index.to(attention.ghostify_head_index.device)
-    else:
-        attention.register_buffer("ghostify_head_index", index, persistent=False)

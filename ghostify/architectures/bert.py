@@ -17,23 +17,22 @@ _BERT_LAYOUT = LayerPaths(
 
 class BertAdapter(ArchitectureAdapter):
     model_types = ("bert",)
-
-    def paths(self, config) -> LayerPaths:
-        return _BERT_LAYOUT
+    family = "BERT"
+    layout = _BERT_LAYOUT
 
 
 class RobertaAdapter(BertAdapter):
     """RoBERTa, XLM-RoBERTa and CamemBERT: BERT's layer layout, other embeddings and heads."""
 
     model_types = ("roberta", "xlm-roberta", "camembert")
+    family = "RoBERTa"
 
 
 class ElectraAdapter(BertAdapter):
     """ELECTRA: BERT's layers; a projection from a smaller embedding size counts as embeddings."""
 
     model_types = ("electra",)
+    family = "ELECTRA"
     dropout_attrs = ("hidden_dropout_prob", "classifier_dropout", "summary_last_dropout")
     embedding_paths = ("embeddings", "embeddings_project")
-
-    def embedding_width(self, config) -> int:
-        return int(config.embedding_size or config.hidden_size)
+    embedding_size_key = "embedding_size"

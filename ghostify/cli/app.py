@@ -48,9 +48,8 @@ def _quiet_libraries() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; a known error becomes ``error: ...`` on stderr and exit code 2."""
-    from . import commands  # noqa: F401  (registers the commands)
-
+    """Run the CLI; a known error becomes ``error: ...`` on stderr and exit code 2 (the commands
+    are registered on ``app`` by importing ``ghostify.cli``, whose package imports them)."""
     debug = bool(os.environ.get(DEBUG_VARIABLE))
     _quiet_libraries()
     with warnings.catch_warnings(), _terminate_on_signals():

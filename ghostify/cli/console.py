@@ -1,35 +1,9 @@
-"""Where the CLI talks: a command's result (its JSON, or the table that is its answer: info,
-eval, report) on stdout, so that it can be redirected; progress, notes and warnings on stderr."""
+"""The CLI's consoles: :mod:`ghostify.console` (shared with training's progress bar), and
+:func:`~ghostify.units.human` that the commands format numbers with."""
 
 from __future__ import annotations
 
-import json
-import sys
-from typing import Any
+from ..console import err, out, print_json, progress
+from ..units import human
 
-from rich.console import Console
-
-from ..units import human  # noqa: F401  (the commands format numbers with it)
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-err = Console(stderr=True, highlight=False, soft_wrap=True)  # never break paths across lines
-out = Console(highlight=False, soft_wrap=True)  # results: `ghostify info X > file` keeps them
-
-
-def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
-    sys.stdout.flush()
-
-
-def progress(description: str, total: int | None) -> Progress:
-    """A progress bar on stderr (hidden when stderr is not a terminal)."""
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    )
+__all__ = ["err", "human", "out", "print_json", "progress"]

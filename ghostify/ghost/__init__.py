@@ -18,6 +18,7 @@ from __future__ import annotations
 from .context import GhostContext
 from .inject import (
     attach_ghosts,
+    check_ghost_record,
     freeze_except_ghosts,
     ghost_flops,
     ghost_parameter_names,
@@ -41,6 +42,7 @@ __all__ = [
     "GhostSettings",
     "GhostValue",
     "attach_ghosts",
+    "check_ghost_record",
     "freeze_except_ghosts",
     "ghost_flops",
     "ghost_parameter_names",

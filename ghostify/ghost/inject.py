@@ -15,6 +15,7 @@ from torch import nn
 from ..architectures import ArchitectureAdapter, get_adapter
 from ..attention import use_attention_kernel
 from ..errors import CheckpointError, GhostifyError
+from ..grouped import GroupedLinear
 from ..seeding import generator
 from .context import GhostContext
 from .modules import GhostColumns, GhostConv, GhostLinear, GhostMapConv, GhostValue, ghost_projection
@@ -242,6 +243,21 @@ def _plan_layer(adapter: ArchitectureAdapter, config: Any, layer: nn.Module, ind
     return edits
 
 
+def check_ghost_record(ghost: dict[str, Any] | None, source: str, *, max_positions: int) -> None:
+    """Refuse a record's ghost entry whose settings are not valid ghost settings (from the config
+    alone, before any module is built from them)."""
+    if not ghost:
+        return
+    settings = ghost.get("settings")
+    if not isinstance(settings, dict):
+        raise CheckpointError(f"corrupt ghostify record in {source}: ghost.settings = {settings!r}: expected the ghost "
+                              "settings mapping; re-create the checkpoint")
+    try:
+        GhostSettings.from_dict(settings).check_model(max_positions=max_positions)
+    except (GhostifyError, TypeError) as exc:
+        raise CheckpointError(f"corrupt ghostify record in {source}: ghost.settings: {exc}; re-create the checkpoint") from None
+
+
 def check_family(adapter: ArchitectureAdapter, settings: GhostSettings, model_type: str) -> None:
     """Refuse positions the model family cannot take (from the config alone)."""
     attention = [p for p in settings.positions if p in ATTENTION_POSITIONS]
@@ -266,8 +282,6 @@ def _linear(adapter: ArchitectureAdapter, layer: nn.Module, path: str, index: in
         raise GhostifyError(f"layer {index} has no submodule {path!r}; the model does not match its family's layout") from exc
     if isinstance(module, GhostLinear):
         raise GhostifyError(f"layer {index}: {path} already has ghost modules; attach to the model without them")
-    from ..grouped import GroupedLinear
-
     if not isinstance(module, (nn.Linear, GroupedLinear)):
         raise GhostifyError(f"layer {index}: {path} is a {type(module).__name__}, not a Linear; ghost modules wrap Linear projections")
     return module

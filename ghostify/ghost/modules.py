@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ..errors import GhostifyError
+from ..grouped import GroupedLinear
 from .context import GhostContext
 
 
@@ -370,8 +372,6 @@ class GhostGroupedLinear(GhostLinear):
     def __init__(self, base, context: GhostContext, ghost: GhostConv | None = None, *, parts: int = 1,
                  ghost_heads: GhostColumns | None = None) -> None:
         if parts > 1:
-            from ..errors import GhostifyError
-
             raise GhostifyError(
                 "--per-head splits a projection's weight by heads, which a grouped projection (group-linear) does not "
                 "have; attach-ghost without --per-head, or group fewer --modules"
@@ -383,8 +383,6 @@ class GhostGroupedLinear(GhostLinear):
         self.register_buffer("output_index", base.output_index)
 
     def _project(self, x: torch.Tensor) -> torch.Tensor:
-        from ..grouped import GroupedLinear
-
         return GroupedLinear.forward(self, x)
 
     def extra_repr(self) -> str:
@@ -394,8 +392,6 @@ class GhostGroupedLinear(GhostLinear):
 def ghost_projection(base: nn.Module, context: GhostContext, ghost: GhostConv | None = None, *, parts: int = 1,
                      ghost_heads: GhostColumns | None = None) -> GhostLinear:
     """The ghost wrapper for a dense or a grouped projection."""
-    from ..grouped import GroupedLinear
-
     if isinstance(base, GroupedLinear):
         return GhostGroupedLinear(base, context, ghost, parts=parts, ghost_heads=ghost_heads)
     return GhostLinear(base, context, ghost, parts=parts, ghost_heads=ghost_heads)

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import safetensors.torch  # save_file looked up per call: a full disk is simulated by patching it
 import torch
+from safetensors import SafetensorError, safe_open
 from torch import nn
 from torch.nn import functional as F
 
@@ -39,16 +41,12 @@ class ImportanceScores:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def save(self, path: str | Path) -> None:
-        from safetensors.torch import save_file
-
         tensors = {f"heads.{i}": t.float().contiguous() for i, t in enumerate(self.heads)}
         tensors.update({f"ffn.{i}": t.float().contiguous() for i, t in enumerate(self.ffn)})
-        save_file(tensors, str(path), metadata={"ghostify": json.dumps(self.metadata)})
+        safetensors.torch.save_file(tensors, str(path), metadata={"ghostify": json.dumps(self.metadata)})
 
     @classmethod
     def load(cls, path: str | Path) -> "ImportanceScores":
-        from safetensors import SafetensorError, safe_open
-
         path = Path(path)
         if path.is_dir():
             path = path / SCORES_NAME

@@ -7,11 +7,13 @@ weights are loaded (``apply_structure``), so pruning and loading cannot drift ap
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 from torch import nn
 
 from ..architectures import ArchitectureAdapter
+from ..errors import CheckpointError
 from ..record import GhostifyRecord
 
 
@@ -37,6 +39,49 @@ def _head_channels(heads: Sequence[int], head_size: int) -> torch.Tensor:
     return torch.cat([torch.arange(h * head_size, (h + 1) * head_size) for h in heads]) if heads else torch.empty(0, dtype=torch.long)
 
 
+def set_heads(adapter: ArchitectureAdapter, layer: nn.Module, head_index: list[int], head_size: int) -> None:
+    """Record the kept heads on the attention module after its projections were sliced.
+
+    ``head_index`` holds the *original* indices of the kept heads, in their new order. A family
+    whose layers share one per-head position bias (``adapter.position_bias_arg``) keeps them as
+    a buffer, and the layer picks its heads' columns out of the bias before attending.
+    """
+    attention = layer.get_submodule(adapter.paths_for_layer(layer).attention)
+    for attr in adapter.head_count_attrs:
+        if hasattr(attention, attr):
+            setattr(attention, attr, len(head_index))
+    for attr in adapter.head_width_attrs:
+        if hasattr(attention, attr):
+            setattr(attention, attr, len(head_index) * head_size)
+    if adapter.position_bias_arg is not None:
+        first_time = "ghostify_head_index" not in attention._buffers
+        register_head_index(attention, head_index)
+        if first_time:
+            attention.register_forward_pre_hook(_BiasHeads(adapter.position_bias_arg))
+
+
+def register_head_index(attention: nn.Module, head_index: list[int]) -> None:
+    """Store the kept original head indices as a (non-persistent) buffer on a module."""
+    index = torch.tensor(head_index, dtype=torch.long)
+    if "ghostify_head_index" in attention._buffers:
+        attention.ghostify_head_index = index.to(attention.ghostify_head_index.device)
+    else:
+        attention.register_buffer("ghostify_head_index", index, persistent=False)
+
+
+class _BiasHeads:
+    """Forward pre-hook: the kept heads' columns of the shared position bias (positional argument ``arg``)."""
+
+    def __init__(self, arg: int) -> None:
+        self.arg = arg
+
+    def __call__(self, module: nn.Module, args: tuple) -> tuple | None:
+        if len(args) <= self.arg or args[self.arg] is None:
+            return None
+        position_bias = args[self.arg].index_select(1, module.ghostify_head_index)
+        return (*args[:self.arg], position_bias, *args[self.arg + 1:])
+
+
 def prune_layer(
     adapter: ArchitectureAdapter,
     layer: nn.Module,
@@ -54,7 +99,7 @@ def prune_layer(
     out = adapter.submodule(layer, paths.attention_output)
     adapter.set_submodule(layer, paths.attention_output, slice_linear(out, channels, dim=1))
     new_original = [original_heads[h] for h in keep_heads]
-    adapter.set_heads(layer, new_original, head_size)
+    set_heads(adapter, layer, new_original, head_size)
 
     neurons = torch.as_tensor(list(keep_neurons), dtype=torch.long)
     adapter.set_submodule(layer, paths.ffn_up, slice_linear(adapter.submodule(layer, paths.ffn_up), neurons, dim=0))
@@ -76,8 +121,6 @@ def prune_model(
     for layer, old_heads, h_keep, n_keep in zip(layers, record.heads, keep_heads, keep_neurons, strict=True):
         heads.append(prune_layer(adapter, layer, h_keep, n_keep, head_size, old_heads))
         ffn.append(len(n_keep))
-    from dataclasses import replace
-
     return replace(record, heads=heads, ffn=ffn, history=list(record.history))
 
 
@@ -86,8 +129,6 @@ def apply_structure(model: nn.Module, adapter: ArchitectureAdapter, record: Ghos
     loaded afterwards, so which slices are kept does not matter here)."""
     layers = adapter.layers(model)
     if len(layers) != len(record.heads):
-        from ..errors import CheckpointError
-
         raise CheckpointError(
             f"the ghostify record lists {len(record.heads)} layers but the config builds {len(layers)}; "
             "the checkpoint's config.json was edited or is corrupt"
@@ -99,7 +140,7 @@ def apply_structure(model: nn.Module, adapter: ArchitectureAdapter, record: Ghos
         if list(heads) == dense and ffn == d_ff:
             continue
         prune_layer(adapter, layer, range(len(heads)), range(ffn), head_size, dense)
-        adapter.set_heads(layer, list(heads), head_size)
+        set_heads(adapter, layer, list(heads), head_size)
 
 
 def dense_record(model: nn.Module, adapter: ArchitectureAdapter) -> GhostifyRecord:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GhostifyError
+from ..steps import info
 
 if TYPE_CHECKING:
     from .run import PlannedStage
@@ -18,8 +19,6 @@ REPORT_MD = "report.md"
 
 
 def stage_summary(planned: "PlannedStage", wall_time: float) -> dict[str, Any]:
-    from ..steps import info
-
     command = planned.stage.command
     summary: dict[str, Any] = {"stage": planned.label, "command": command.name, "directory": str(planned.directory),
                                "wall_time": round(wall_time, 2), "params": None, "flops": None, "metrics": None}

@@ -26,6 +26,8 @@ from .overrides import apply_overrides
 from .report import stage_summary, write_report
 from .schema import REFERENCE, Recipe, Stage, references, validate
 from .yaml_source import RecipeSource
+from ..checkpoint import _auto_class, load_config
+from ..steps import attach_ghost, info, prune
 
 STAGE_FILE = "stage.json"
 RECIPE_FILE = "recipe.yaml"
@@ -192,8 +194,6 @@ def check_outputs(recipe: Recipe, run_dir: Path, stages: list[PlannedStage]) -> 
             outputs.append(partial_dir(planned.directory))
     inputs = external_inputs(recipe)
     check_disjoint(outputs, inputs)
-    from ..checkpoint import load_config
-
     for label, value in inputs:  # a missing model or teacher fails now, not after writing the run directory
         if label in ("model", "teacher"):
             load_config(value)
@@ -215,9 +215,6 @@ def _execute(planned: PlannedStage) -> None:
 def dry_run(recipe: Recipe, run_dir: str | Path) -> list[dict[str, Any]]:
     """The plan, with parameters and FLOPs after every structural stage, measured on a randomly
     initialised copy of the recipe's model (no weights are downloaded or trained)."""
-    from ..checkpoint import load_config
-    from ..steps import attach_ghost, info, prune
-
     stages = plan(recipe, run_dir)
     check_outputs(recipe, Path(run_dir), stages)  # the real run would refuse these
     rows = []
@@ -242,8 +239,6 @@ def dry_run(recipe: Recipe, run_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def _random_copy(config, directory: Path) -> Path:
-    from ..checkpoint import _auto_class
-
     cls = _auto_class(config, None)
     build = getattr(cls, "from_config", None) or cls._from_config
     build(config).save_pretrained(str(directory))

@@ -22,10 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import safetensors.torch  # save_file looked up per call: a full disk is simulated by patching it
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 from torch import nn
 
+from ..architectures import get_adapter
 from ..errors import CheckpointError, GhostifyError
+from .families import install_reference_attention
 from .search import CHUNK, apply_ridge, masked_mean, nearest, ridge_fit
 from .store import ReferenceStore, gather
 
@@ -184,8 +189,6 @@ class ReferenceAttention(nn.Module):
 # installing on a model
 # ----------------------------------------------------------------------------------------------
 def _first_attention(model: nn.Module):
-    from ..architectures import get_adapter
-
     adapter = get_adapter(model.config)
     layer = adapter.layers(model)[0]
     paths = adapter.paths_for_layer(layer)
@@ -216,7 +219,7 @@ def install_references(model: nn.Module, *, teacher_hidden: int, delta: float,
     weight = next(attention.parameters())
     module.to(device=weight.device, dtype=weight.dtype)
     attention.add_module("ghostify_reference", module)
-    adapter.install_reference_attention(attention)
+    install_reference_attention(adapter, model.config.model_type, attention)
 
     def arm(encoder: nn.Module, args) -> None:
         if module._fitting:
@@ -261,9 +264,6 @@ def restore_references(model: nn.Module, record, source: str | os.PathLike) -> N
     if not path.is_file():
         raise CheckpointError(f"{source} records reference attention but has no {path.name}; re-create it with "
                               "ghostify distill --references")
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     try:
         tensors = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as exc:
@@ -288,11 +288,9 @@ def write_references(model: nn.Module, directory: Path, record) -> None:
     if module is None or module.offsets is None:
         raise GhostifyError("the record lists reference attention but the model has no reference store; "
                             "load it with ghostify.checkpoint.load_model")
-    from safetensors.torch import save_file
-
     module.ensure_fitted(model.base_model)
     tensors = {k: v.contiguous() for k, v in module.store().tensors().items()}
     tensors["ridge"] = module.ridge.detach().cpu().contiguous()
-    save_file(tensors, str(directory / REFERENCES_NAME))
+    safetensors.torch.save_file(tensors, str(directory / REFERENCES_NAME))
     record.references = {**record.references, "retrieval": module.settings(), "bytes": module.store_bytes(),
                          "entries": module.entries, "tokens": int(module.offsets[-1])}

@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 
 from .search import masked_mean, nearest
 
@@ -61,8 +62,6 @@ def gather(offsets: torch.Tensor, packed: list[torch.Tensor], index: torch.Tenso
 @torch.no_grad()
 def build_store(teacher: nn.Module, rows, collate, *, batch_size: int = 64) -> ReferenceStore:
     """Run ``teacher`` once over ``rows`` (tokenised, in order) and keep what references need."""
-    from torch.utils.data import DataLoader
-
     was_training = teacher.training
     teacher.eval()
     device = next(teacher.parameters()).device

@@ -19,6 +19,7 @@ from ..checkpoint import load_config, load_model
 from ..files import TOKENIZER_FILES, atomic_directory, check_output_dir
 from ..data import DEFAULT_DATASET, label_kind, load_split, resolve_task
 from ..errors import CheckpointError, DataError, GhostifyError
+from ..version import __version__
 from .common import check_max_length, default_device, load_tokenizer
 
 SPLIT = "train"  # only training data is augmented; every other split is copied unchanged
@@ -385,8 +386,6 @@ def _predict(model, tokenizer, rows, text_columns, max_length: int, batch_size: 
 def _versions() -> dict[str, str]:
     import datasets
     import transformers
-
-    from .. import __version__
 
     return {
         "ghostify": __version__,

@@ -8,6 +8,8 @@ from pathlib import Path
 import torch
 
 from ..errors import CheckpointError, GhostifyError
+from ..files import TOKENIZER_FILES
+from ..checkpoint import load_config, max_positions
 
 
 def default_device() -> torch.device:
@@ -18,8 +20,6 @@ def load_tokenizer(source: str | os.PathLike):
     """The tokenizer of a checkpoint; a one-line error when there is none (transformers 5 would
     otherwise build an empty one from a directory without tokenizer files)."""
     from transformers import AutoTokenizer
-
-    from ..files import TOKENIZER_FILES
 
     fix = "copy the tokenizer files of the original model into it"
     path = Path(source)
@@ -59,8 +59,6 @@ def check_same_tokenizer(teacher: str | os.PathLike, student: str | os.PathLike,
 
 def max_tokens(config) -> int:
     """The longest input the model embeds: RoBERTa-style position ids start after the padding id."""
-    from ..checkpoint import max_positions
-
     limit = max_positions(config)
     if config.model_type in ("roberta", "xlm-roberta", "camembert") and isinstance(getattr(config, "pad_token_id", None), int):
         limit -= config.pad_token_id + 1
@@ -70,8 +68,6 @@ def max_tokens(config) -> int:
 def check_max_length(max_length: int, *sources: str | os.PathLike | None) -> None:
     """``--max-length`` within 8 and what every model reads (longer inputs would index past the
     position embeddings)."""
-    from ..checkpoint import load_config
-
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 8:
         raise GhostifyError(f"--max-length {max_length!r} is too short; use 8 or more (the paper: 128)")
     for source in sources:

@@ -9,7 +9,7 @@ from ..data import DEFAULT_DATASET, load_split, padding_collator, resolve_task, 
 from ..training.loop import evaluate as evaluate_loader
 from ..training.loop import multi_process_on_cpu
 from .common import check_max_length, check_positive, load_tokenizer
-from .training_common import load_classifier
+from .training_common import _with_inferred_labels, load_classifier
 
 
 def evaluate(
@@ -40,8 +40,6 @@ def evaluate(
     split = split or preset.validation_split
     data = load_split(dataset, preset, split, max_samples=max_samples)
     if not preset.num_labels:
-        from .training_common import _with_inferred_labels
-
         preset = _with_inferred_labels(preset, data)
         data.task = preset
     tokenizer = load_tokenizer(model)

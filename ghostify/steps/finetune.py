@@ -14,6 +14,7 @@ from ..seeding import seed_everything
 from ..training.objectives import FinetuneObjective
 from .common import check_max_length, check_same_tokenizer
 from .training_common import check_dropout, check_optimizer, load_classifier, set_trainable, student_saver, task_inputs
+from ..errors import GhostifyError
 
 
 def finetune(
@@ -93,8 +94,6 @@ def finetune(
 
 
 def _check_weight(teacher_weight: float, temperature: float) -> None:
-    from ..errors import GhostifyError
-
     if not 0 <= teacher_weight <= 1:
         raise GhostifyError(f"--teacher-weight {teacher_weight} must be in [0, 1] (labels get 1 - weight)")
     if temperature <= 0:

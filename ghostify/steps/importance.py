@@ -8,12 +8,13 @@ from pathlib import Path
 
 from ..checkpoint import load_config, load_model, model_record, save_checkpoint
 from ..files import check_output_dir
-from ..data import DEFAULT_DATASET, batches, load_split, resolve_task
+from ..data import DEFAULT_DATASET, batches, label_kind, load_split, resolve_task
 from ..errors import GhostifyError
 from ..pruning import SCORES_NAME, ImportanceScores, compute_importance
 from ..record import history_entry
 from ..seeding import seed_everything
 from .common import check_max_length, check_positive, default_device, load_tokenizer
+from ..architectures import get_adapter
 
 SPLIT = "train"  # scores come from training data only: pruning on validation data leaks it
 
@@ -71,8 +72,6 @@ def importance(
             num_labels=num_labels,
             problem_type="regression" if num_labels == 1 else "single_label_classification",
         ).to(device)
-    from ..architectures import get_adapter
-
     scores = compute_importance(
         scorer,
         get_adapter(scorer.config),
@@ -115,8 +114,6 @@ def importance(
 
 
 def _infer_num_labels(data) -> int:
-    from ..data import label_kind
-
     return label_kind(data.rows, data.task.label_column, dataset=data.dataset).num_labels
 
 

@@ -8,9 +8,12 @@ from typing import Any
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..architectures import get_adapter
-from ..checkpoint import load_model, model_record
+from ..checkpoint import load_config, load_model, model_record
 from ..flops import measure
 from ..ghost import ghost_flops, ghost_params
+from ..errors import GhostifyError
+from .common import max_tokens
+from ..references import find_references
 
 
 def info(model: str | os.PathLike, *, seq_len: int = 128) -> dict[str, Any]:
@@ -53,18 +56,12 @@ def info(model: str | os.PathLike, *, seq_len: int = 128) -> dict[str, Any]:
 
 
 def _check_seq_len(model: str | os.PathLike, seq_len: int) -> None:
-    from ..checkpoint import load_config
-    from ..errors import GhostifyError
-    from .common import max_tokens
-
     limit = max_tokens(load_config(model))
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or not 1 <= seq_len <= limit:
         raise GhostifyError(f"--seq-len {seq_len!r} must be between 1 and the {limit} tokens {model} can read")
 
 
 def _reference_store(net) -> dict[str, Any] | None:
-    from ..references import find_references
-
     module = find_references(net)
     if module is None or module.offsets is None:
         return None

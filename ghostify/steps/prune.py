@@ -6,13 +6,15 @@ import os
 import warnings
 from pathlib import Path
 
-from ..checkpoint import load_config, load_model, model_record, save_checkpoint
+from ..checkpoint import load_config, load_model, model_record, read_record, save_checkpoint
 from ..files import check_output_dir
 from ..errors import GhostifyError
 from ..pruning import ALLOCATIONS, SCORES_NAME, ImportanceScores, check_scores_match, magnitude_importance, parse_width
 from ..pruning import prune as prune_in_place
 from ..methods import check_order
 from ..record import GhostifyRecord, history_entry
+from ..architectures import get_adapter
+from ..pruning.allocation import heads_for_width
 
 
 def prune(
@@ -70,13 +72,8 @@ def prune(
 
 def _check_widths(config, heads_width, allocation: str) -> None:
     """Fail before loading any weights when the settings cannot work."""
-    from ..architectures import get_adapter
-    from ..checkpoint import read_record
-
     record = read_record(config)
     check_order("pruning", record)
-    from ..pruning.allocation import heads_for_width
-
     num_heads = get_adapter(config).num_heads(config)
     if heads_for_width(num_heads, heads_width) < 1:
         raise GhostifyError(
@@ -93,8 +90,6 @@ def _scores(net, model: str | os.PathLike, importance: str | os.PathLike | None)
     own = Path(model) / SCORES_NAME
     if own.is_file():
         return ImportanceScores.load(own), str(own)
-    from ..architectures import get_adapter
-
     warnings.warn(
         f"no importance scores in {model} and no --importance given: pruning by weight magnitude (data-free); "
         "run `ghostify importance` first for loss-based scores",

@@ -11,7 +11,7 @@ from ..files import check_output_dir
 from ..errors import GhostifyError
 from ..record import GhostifyRecord, history_entry
 from ..methods import check_order
-from ..sharing import INITS, share
+from ..sharing import INITS, plan_groups, share
 
 
 def share_layers(
@@ -35,7 +35,7 @@ def share_layers(
     out = check_output_dir(output, overwrite=overwrite, inputs=(model,))
     config = load_config(model)
     adapter = get_adapter(config)
-    plan = adapter.sharing_groups(config, groups)  # refuses a bad --groups before loading weights
+    plan = plan_groups(adapter, config, groups)  # refuses a bad --groups before loading weights
     check_order("sharing", read_record(config))  # ghosts, grouped layers, references: refused before loading
     if len(plan) == adapter.num_layers(config):
         warnings.warn(f"--groups {groups} gives every layer its own group: nothing is shared", stacklevel=2)

@@ -12,12 +12,14 @@ import torch
 from torch import nn
 
 from ..checkpoint import load_config, load_model, model_record, write_checkpoint
-from ..data import TaskPreset, load_split, padding_collator, resolve_task, tokenize
+from ..data import TaskPreset, label_kind, load_split, padding_collator, resolve_task, tokenize
 from ..errors import GhostifyError
 from ..record import history_entry
 from ..training.loop import Evaluation
 from ..training.metrics import main_metric
 from .common import load_tokenizer
+from ..data.sop import add_sop_inputs, sop_collator
+from ..ghost import freeze_except_ghosts
 
 PROJECTIONS_NAME = "distill_projections.safetensors"
 
@@ -65,8 +67,6 @@ def task_inputs(
         )
     rows, collate = tokenize(train, tokenizer, max_length=max_length), padding_collator(tokenizer)
     if sop:
-        from ..data.sop import add_sop_inputs, sop_collator
-
         rows = add_sop_inputs(rows, train, tokenizer, max_length=max_length, seed=seed)
         collate = sop_collator(collate, tokenizer)
     return TaskInputs(
@@ -81,8 +81,6 @@ def task_inputs(
 
 def _with_inferred_labels(preset: TaskPreset, data) -> TaskPreset:
     from dataclasses import replace
-
-    from ..data import label_kind
 
     kind = label_kind(data.rows, preset.label_column, dataset=data.dataset)
     regression, num_labels = kind.regression, kind.num_labels
@@ -165,8 +163,6 @@ def set_trainable(model: nn.Module, train: str) -> None:
         return
     if train != "ghost-only":
         raise GhostifyError(f"--train {train!r}: choose all or ghost-only")
-    from ..ghost import freeze_except_ghosts
-
     if not model_record(model).ghost:
         raise GhostifyError("--train ghost-only needs a model with ghost modules; run `ghostify attach-ghost` first")
     freeze_except_ghosts(model)

@@ -22,9 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress as Bar
 from torch import nn
 from torch.utils.data import DataLoader
 
+from ..console import err
 from ..files import atomic_directory, remove_tree
 from ..errors import GhostifyError
 from .metrics import compute_metrics
@@ -147,6 +150,7 @@ def train(
     ``save_student(student, directory, extra_tensors)`` writes a checkpoint directory;
     ``identity`` describes the inputs (models, data) so that ``resume`` refuses a different run.
     """
+    # deferred: accelerate and transformers' schedules take seconds to import, paid only when training
     from accelerate import Accelerator
     from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, set_seed
     from transformers import get_linear_schedule_with_warmup
@@ -300,9 +304,6 @@ def _extra(objective, accelerator) -> dict[str, torch.Tensor]:
 def _progress_bar(main: bool, describe: str, total: int, done: int):
     if not main:
         return None
-    from ..cli.console import err
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
     bar = Bar(TextColumn(f"[bold]{describe}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
               TimeRemainingColumn(), console=err, transient=True, disable=not err.is_terminal)
     task = bar.add_task(describe, total=total, completed=done)

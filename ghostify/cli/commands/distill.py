@@ -12,6 +12,7 @@ from ..options import (AttentionDropout, Dropout, Metric, CheckpointSteps, Datas
                        MaxGradNorm, MaxLength, MaxSamples, MixedPrecision, Output, Overwrite, Resume, Seed, Task,
                        Temperature, TextColumns, Train, WarmupRatio, WeightDecay, split_columns)
 from ..summary import print_training
+from ...checkpoint import load_config, read_record
 
 
 def _weight(flag: str, what: str):
@@ -89,8 +90,6 @@ def distill(
     )
     print_training(result)
     if references:
-        from ...checkpoint import load_config, read_record
-
         data = read_record(load_config(output)).references
         err.print(f"references: {data['entries']} entries, {data['bytes'] / 2**20:.1f} MiB store, retrieval agreement "
                   f"with the teacher's choice {data['retrieval']['agreement']:.3f}")
