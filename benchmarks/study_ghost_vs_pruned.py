@@ -218,7 +218,7 @@ def tables(results: list[dict[str, Any]]) -> str:
     tasks = sorted({r["task"] for r in results})
     widths = sorted({r["width"] for r in results if r["arm"] != "teacher"}, key=_width_value, reverse=True)
     arms = sorted({r["arm"] for r in results if r["arm"] not in ("teacher",)}, key=lambda a: (a != "pruned", a != "ghost", a))
-    lines = ["| task | width | teacher | " + " | ".join(arms) + " | ghost − pruned (95% CI) | seeds |",
+    lines = ["| task | width | teacher | " + " | ".join(arms) + " | ghost − pruned (95% CI) | seeds done |",
              "|---|---|---|" + "---|" * len(arms) + "---|---|"]
     averages: dict[tuple[str, str], list[float]] = {}
     for task in tasks:
@@ -235,8 +235,9 @@ def tables(results: list[dict[str, Any]]) -> str:
                      for s in seeds if (task, s, f"ghost@{width}") in by and (task, s, f"pruned@{width}") in by]
             if all(c == "–" for c in cells):
                 continue
+            done = max(sum((task, s, f"{arm}@{width}") in by for s in seeds) for arm in arms)
             lines.append(f"| {task} | {width} | {mean_std(teacher)} | " + " | ".join(cells) +
-                         f" | {paired_interval(diffs)} | {len(seeds)} |")
+                         f" | {paired_interval(diffs)} | {done} |")
     lines += ["", "Average over the tasks (only where every task has every seed):", "",
               "| width | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
     for width in widths:
