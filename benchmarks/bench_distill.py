@@ -27,9 +27,9 @@ import common  # noqa: E402
 
 def build(layers: int, width: Fraction):
     from ghostify.architectures import get_adapter
-    from ghostify.ghost import GhostSettings, attach_ghosts
-    from ghostify.pruning import magnitude_importance, prune
-    from ghostify.pruning.surgery import dense_record
+    from ghostify.methods.ghost import GhostSettings, attach_ghosts
+    from ghostify.methods.pruning import magnitude_importance
+    from ghostify.methods.pruning.apply import dense_record, prune
     from ghostify.training.layer_map import build_layer_map
     from ghostify.training.objectives import DistillObjective, DistillWeights
 

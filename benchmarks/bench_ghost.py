@@ -40,10 +40,10 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ghostify.architectures import get_adapter
 from ghostify.flops import count_flops
-from ghostify.ghost import GhostSettings, attach_ghosts, ghost_flops, ghost_params
-from ghostify.ghost import modules as ghost_modules
-from ghostify.pruning import magnitude_importance, prune
-from ghostify.pruning.surgery import dense_record
+from ghostify.methods.ghost import GhostSettings, attach_ghosts, ghost_flops, ghost_params
+from ghostify.methods.ghost import modules as ghost_modules
+from ghostify.methods.pruning import magnitude_importance
+from ghostify.methods.pruning.apply import dense_record, prune
 
 
 def naive_conv_over_sequence(x: torch.Tensor, weight: torch.Tensor, *, groups: int, padding: int) -> torch.Tensor:

@@ -29,7 +29,8 @@ from common import cpu_snapshot, finish_info, machine_info, machine_line, median
 
 from ghostify.architectures import get_adapter  # noqa: E402
 from ghostify.flops import count_flops, count_params  # noqa: E402
-from ghostify.grouped import _RUNTIME_INPUT, _RUNTIME_OUTPUT, MODULES, GroupedLinear, share_qkv_gather  # noqa: E402
+from ghostify.methods.grouped.modules import _RUNTIME_INPUT, _RUNTIME_OUTPUT, GroupedLinear, share_qkv_gather
+from ghostify.methods.grouped.settings import MODULES
 
 
 def grouped_copy(model, groups: int, modules: list[str], gathers: bool, seed: int = 0):

@@ -5,7 +5,7 @@ the same N random samples (fixed sequence length, no padding, batch size B), sid
 
 * ``forward+backward``: a training-style step per batch: ``zero_grad(set_to_none=True)``, forward
   with labels, ``loss.backward()`` computing every parameter's gradient;
-* ``compute_importance``: ``ghostify.pruning.compute_importance`` on the same batches;
+* ``compute_importance``: ``ghostify.methods.pruning.compute_importance`` on the same batches;
 * ``forward (inference_mode)``: forward only, for reference.
 
 All in eval mode (no dropout). One repetition runs each variant once over all N samples; by default
@@ -32,9 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
-
 import common  # noqa: E402
+import torch  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -69,8 +68,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     from ghostify.architectures import get_adapter
-    from ghostify.pruning import compute_importance, magnitude_importance, parse_width, prune
-    from ghostify.pruning.surgery import dense_record
+    from ghostify.methods.pruning import compute_importance, magnitude_importance, parse_width
+    from ghostify.methods.pruning.apply import dense_record, prune
 
     common.set_threads(args.threads)
     info = common.machine_info()

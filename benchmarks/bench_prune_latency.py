@@ -1,7 +1,7 @@
 """CPU latency and peak memory of a BERT-base-sized model pruned to several widths, side by side.
 
 A randomly initialised BERT-base-sized classifier (speed does not depend on the weights) is pruned
-with ``ghostify.pruning.prune`` (magnitude scores, uniform allocation, the same width for heads and
+with ``ghostify.methods.pruning.prune`` (magnitude scores, uniform allocation, the same width for heads and
 FFN neurons) to each width; the unpruned model is the baseline. In one run:
 
 * **latency**: forward under ``torch.inference_mode()`` at each batch size (sequence length 128, no
@@ -35,9 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
-
 import common  # noqa: E402
+import torch  # noqa: E402
 
 DENSE = "unpruned"
 
@@ -148,8 +147,8 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     from ghostify.architectures import get_adapter
     from ghostify.flops import measure
-    from ghostify.pruning import magnitude_importance, parse_width, prune
-    from ghostify.pruning.surgery import dense_record
+    from ghostify.methods.pruning import magnitude_importance, parse_width
+    from ghostify.methods.pruning.apply import dense_record, prune
 
     common.set_threads(args.threads)
     info = common.machine_info()

@@ -1,3 +1,3 @@
-from ghostify.cli.app import run
+from .cli.app import run
 
 run()

@@ -31,12 +31,12 @@ from torch import nn
 from .architectures import get_adapter
 from .errors import CheckpointError, GhostifyError
 from .files import atomic_directory, copy_tokenizer
-from .ghost import check_ghost_record
 from .methods import restore_all
-from .pruning.surgery import dense_record
+from .methods.ghost import check_ghost_record
+from .methods.pruning.apply import dense_record
+from .methods.references import write_references
+from .methods.sharing.settings import distinct_layers
 from .record import RECORD_KEY, GhostifyRecord
-from .references import write_references
-from .sharing import distinct_layers
 
 # transformers is imported inside the functions that use it (marked "deferred"): its import takes
 # seconds, and `import ghostify` (the CLI's --help, record-only commands) should not pay for it.

@@ -16,10 +16,10 @@ from transformers.models.bert.modeling_bert import eager_attention_forward
 from ghostify import load_model
 from ghostify.architectures import get_adapter
 from ghostify.attention import ATTENTION, AttentionConfigView, attention_forward, recording_scores, use_attention_kernel
-from ghostify.ghost import GhostSettings, attach_ghosts, ghost_parameter_names
-from ghostify.pruning import magnitude_importance, prune
-from ghostify.pruning.surgery import dense_record
-from ghostify.references import ReferenceStore, install_references, nearest
+from ghostify.methods.ghost import GhostSettings, attach_ghosts, ghost_parameter_names
+from ghostify.methods.pruning import magnitude_importance
+from ghostify.methods.pruning.apply import dense_record, prune
+from ghostify.methods.references import ReferenceStore, install_references, nearest
 from ghostify.testing import HIDDEN, tiny_batch, tiny_checkpoint, tiny_model, write_toy_dataset
 from ghostify.training.capture import capture, enable_score_capture
 from ghostify.training.layer_map import build_layer_map

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ghostify.pruning import ImportanceScores
+from ghostify.methods.pruning import ImportanceScores
 from ghostify.testing import TOY_WORDS, tiny_checkpoint, tiny_model, tiny_tokenizer, write_toy_dataset
 
 from .conftest import REPO, run_cli
@@ -101,8 +101,9 @@ def world(tmp_path_factory) -> Path:
     _edit_weights(_copy(m, root / "bad-shape"),
                   lambda s: s.__setitem__("bert.encoder.layer.1.intermediate.dense.weight", torch.zeros(5, 32)))
     pickle = _copy(m, root / "pickle")
-    from safetensors.torch import load_file
     import argparse
+
+    from safetensors.torch import load_file
 
     state = load_file(str(pickle / "model.safetensors"))
     state["config"] = argparse.Namespace(evil=True)  # not a tensor: torch refuses to unpickle it safely

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -11,13 +12,12 @@ import torch
 
 from ghostify import load_model, save_checkpoint
 from ghostify.architectures import get_adapter
-from ghostify.files import atomic_directory
 from ghostify.errors import CheckpointError, GhostifyError, UnsupportedModelError
-from ghostify.pruning import magnitude_importance, prune
-from ghostify.pruning.surgery import dense_record
+from ghostify.files import atomic_directory
+from ghostify.methods.pruning import magnitude_importance
+from ghostify.methods.pruning.apply import dense_record, prune
 from ghostify.record import GhostifyRecord
 from ghostify.testing import tiny_batch, tiny_model
-from fractions import Fraction
 
 
 def _pruned(tmp_path: Path, family: str = "bert", head: str = "base") -> Path:

@@ -10,7 +10,8 @@ from safetensors import safe_open
 
 from ghostify import load_model, save_checkpoint
 from ghostify.checkpoint import model_record
-from ghostify.embeddings import FactorizedDecoder, FactorizedEmbedding, embeddings_record, factorize_embeddings
+from ghostify.methods.embeddings.apply import embeddings_record, factorize_embeddings
+from ghostify.methods.embeddings.modules import FactorizedDecoder, FactorizedEmbedding
 from ghostify.testing import tiny_batch, tiny_checkpoint, tiny_model
 
 from .conftest import ALL_FAMILIES, run_cli

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from ghostify.architectures import get_adapter
-from ghostify.pruning import compute_importance, gated, prune_model
-from ghostify.pruning.importance import per_example_loss
-from ghostify.pruning.surgery import dense_record
+from ghostify.methods.pruning import compute_importance, gated, prune_model
+from ghostify.methods.pruning.apply import dense_record
+from ghostify.methods.pruning.importance import per_example_loss
 from ghostify.testing import FFN, HEADS, tiny_batch, tiny_model
 
 from .conftest import ALL_FAMILIES, SDPA_FAMILIES

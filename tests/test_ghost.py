@@ -16,7 +16,7 @@ from ghostify.architectures import get_adapter
 from ghostify.checkpoint import model_record
 from ghostify.errors import GhostifyError
 from ghostify.flops import count_flops
-from ghostify.ghost import (
+from ghostify.methods.ghost import (
     GhostContext,
     GhostConv,
     GhostLinear,
@@ -29,8 +29,8 @@ from ghostify.ghost import (
     ghost_record,
     has_ghosts,
 )
-from ghostify.pruning import magnitude_importance, prune
-from ghostify.pruning.surgery import dense_record
+from ghostify.methods.pruning import magnitude_importance
+from ghostify.methods.pruning.apply import dense_record, prune
 from ghostify.testing import HEADS, HIDDEN, tiny_batch, tiny_model
 
 from .conftest import ALL_FAMILIES, SDPA_FAMILIES

@@ -9,7 +9,7 @@ import torch
 
 from ghostify import load_model, save_checkpoint
 from ghostify.checkpoint import model_record
-from ghostify.ghost import GhostLinear, GhostSettings, ghost_parameter_names
+from ghostify.methods.ghost import GhostLinear, GhostSettings, ghost_parameter_names
 from ghostify.testing import HIDDEN, tiny_batch, tiny_model
 
 from .conftest import run_cli

@@ -14,10 +14,13 @@ from torch import nn
 from ghostify import GhostifyError, load_model
 from ghostify.architectures import get_adapter
 from ghostify.flops import count_params, measure
-from ghostify.ghost import GhostSettings, attach_ghosts
-from ghostify.grouped import MODULES, GroupedLinear, _axis_names, group_linear
-from ghostify.pruning.surgery import dense_record
-from ghostify.steps import attach_ghost, group_linear as group_linear_step, prune
+from ghostify.methods.ghost import GhostSettings, attach_ghosts
+from ghostify.methods.grouped.apply import _axis_names, group_linear
+from ghostify.methods.grouped.modules import GroupedLinear
+from ghostify.methods.grouped.settings import MODULES
+from ghostify.methods.pruning.apply import dense_record
+from ghostify.steps import attach_ghost, prune
+from ghostify.steps import group_linear as group_linear_step
 from ghostify.testing import tiny_batch, tiny_checkpoint, tiny_model
 
 from .conftest import ALL_FAMILIES, run_cli

@@ -28,21 +28,20 @@ PACKAGE = Path(find_spec(ROOT).origin).parent  # without importing it
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("errors", ("ghostify.errors", "ghostify.version", "ghostify.console", "ghostify.units", "ghostify.files")),
     ("architectures", ("ghostify.architectures",)),
-    ("structure", ("ghostify.record", "ghostify.seeding", "ghostify.flops", "ghostify.attention",
-                   "ghostify.sharing", "ghostify.embeddings", "ghostify.grouped", "ghostify.ghost",
-                   "ghostify.pruning", "ghostify.references", "ghostify.methods")),
+    ("structure", ("ghostify.record", "ghostify.seeding", "ghostify.flops", "ghostify.attention", "ghostify.methods")),
     ("checkpoint", ("ghostify.checkpoint",)),
-    ("training", ("ghostify.training", "ghostify.data", "ghostify.augment", "ghostify.references.distill",
-                  "ghostify.testing")),
+    ("training", ("ghostify.training", "ghostify.data", "ghostify.augment", "ghostify.testing")),
     ("steps", ("ghostify.steps",)),
     ("interface", ("ghostify.recipe", "ghostify.cli", "ghostify.__main__")),
 )
 #: packages above the method structure code, which it must import without
 ABOVE_STRUCTURE = ("ghostify.cli", "ghostify.steps", "ghostify.training", "ghostify.recipe", "ghostify.data")
-#: method structure modules (and the checkpoint that rebuilds them)
-STRUCTURE = ("ghostify.architectures", "ghostify.sharing", "ghostify.embeddings", "ghostify.grouped",
-             "ghostify.ghost.modules", "ghostify.ghost.inject", "ghostify.pruning.surgery", "ghostify.references.module",
-             "ghostify.references.families", "ghostify.attention", "ghostify.methods", "ghostify.flops", "ghostify.checkpoint")
+#: every part of every method (settings, modules, apply, restore, describe), and what rebuilds them
+STRUCTURE = ("ghostify.architectures", "ghostify.attention", "ghostify.flops", "ghostify.checkpoint",
+             *sorted(name for name in (".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+                                       for p in (PACKAGE / "methods").rglob("*.py"))))
+#: the parts every method folder has (the contract of ghostify/methods/base.py)
+PARTS = ("__init__", "settings", "modules", "apply", "restore", "describe")
 
 
 @dataclass(frozen=True)
@@ -257,6 +256,17 @@ def test_method_structure_imports_without_the_layers_above():
     result = subprocess.run([sys.executable, "-c", script], cwd=PACKAGE.parent, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_every_method_has_the_same_parts():
+    from ghostify.methods import METHODS
+
+    for method in METHODS:
+        folder = PACKAGE / "methods" / method.name
+        missing = [part for part in PARTS if not (folder / f"{part}.py").is_file()]
+        assert not missing, f"ghostify/methods/{method.name}/ lacks {missing}"
+    folders = sorted(p.name for p in (PACKAGE / "methods").iterdir() if (p / "__init__.py").is_file())
+    assert folders == sorted(m.name for m in METHODS), "a method folder that the registry does not list (or back)"
 
 
 def test_the_graph_sees_hidden_cycles(tmp_path, monkeypatch):

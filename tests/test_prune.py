@@ -10,8 +10,8 @@ import torch
 from ghostify import load_model, save_checkpoint
 from ghostify.architectures import get_adapter
 from ghostify.errors import GhostifyError
-from ghostify.pruning import ImportanceScores, magnitude_importance, parse_width, prune, select
-from ghostify.pruning.surgery import dense_record
+from ghostify.methods.pruning import ImportanceScores, magnitude_importance, parse_width, select
+from ghostify.methods.pruning.apply import dense_record, prune
 from ghostify.testing import FFN, HEADS, tiny_batch, tiny_model
 
 from .conftest import ALL_FAMILIES

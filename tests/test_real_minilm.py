@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ghostify import load_model
-from ghostify.pruning import ImportanceScores
+from ghostify.methods.pruning import ImportanceScores
 from ghostify.steps.common import load_tokenizer
 
 from .conftest import run_cli

@@ -17,7 +17,7 @@ import yaml
 
 from ghostify import load_model
 from ghostify import recipe as recipes
-from ghostify.recipe import RecipeError, RecipeSource, validate
+from ghostify.recipe import RecipeError
 from ghostify.testing import tiny_checkpoint, tiny_model, tiny_tokenizer, write_toy_dataset
 
 from .conftest import REPO, run_cli

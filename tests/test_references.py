@@ -13,9 +13,9 @@ from torch.nn import functional as F
 from ghostify.architectures import get_adapter
 from ghostify.checkpoint import load_model, model_record, save_checkpoint
 from ghostify.errors import GhostifyError
+from ghostify.methods.references import REFERENCES_NAME, ReferenceStore, find_references, install_references, nearest
+from ghostify.methods.references.apply import reference_record
 from ghostify.record import RECORD_KEY
-from ghostify.references import REFERENCES_NAME, ReferenceStore, find_references, install_references, nearest
-from ghostify.references.module import reference_record
 from ghostify.testing import tiny_batch, tiny_checkpoint, tiny_model, write_toy_dataset
 
 from .conftest import ALL_FAMILIES, SDPA_FAMILIES, run_cli

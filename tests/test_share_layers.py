@@ -15,8 +15,10 @@ from ghostify.architectures import get_adapter
 from ghostify.checkpoint import model_record
 from ghostify.errors import GhostifyError
 from ghostify.flops import count_flops, count_params
-from ghostify.pruning import compute_importance, gated, magnitude_importance, prune
-from ghostify.sharing import plan_groups, share
+from ghostify.methods.pruning import compute_importance, gated, magnitude_importance
+from ghostify.methods.pruning.apply import prune
+from ghostify.methods.sharing.apply import share
+from ghostify.methods.sharing.settings import plan_groups
 from ghostify.testing import tiny_batch, tiny_checkpoint, tiny_model, write_toy_dataset
 
 from .conftest import ALL_FAMILIES, run_cli
@@ -227,12 +229,12 @@ def test_cli_errors_are_one_line(tmp_path, capsys, args, message):
 def test_later_structural_steps_are_refused_with_the_order(field, step):
     from dataclasses import replace
 
-    from ghostify.sharing import check_order
+    from ghostify.methods import check_order
 
     model = _deep("bert")
     record = replace(model_record(model), **{field: {"format": 1}})
     with pytest.raises(GhostifyError, match=f"share-layers before {step}"):
-        check_order(record)
+        check_order("sharing", record)
     with pytest.raises(GhostifyError, match=f"share-layers before {step}"):
         share(model, get_adapter(model.config), record, 2)
 

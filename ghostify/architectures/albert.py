@@ -2,7 +2,7 @@
 
 The distinct layers are ``encoder.albert_layer_groups[g].albert_layers[j]``; pruning one of them
 prunes every application of it, and a gate on it collects the gradient of all its applications.
-``share-layers`` re-groups them through ``config.num_hidden_groups`` (see ``ghostify.sharing``).
+``share-layers`` re-groups them through ``config.num_hidden_groups`` (see ``ghostify.methods.sharing``).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ from typing import Any
 
 from rich.table import Table
 
-from ..pruning import ImportanceScores
 from ..methods import describe_all
+from ..methods.pruning import ImportanceScores
 from ..record import GhostifyRecord
 from .console import err, human, out
 

@@ -16,8 +16,7 @@ from torch import nn
 
 from ..architectures import ArchitectureAdapter
 from . import embeddings, ghost, grouped, pruning, references, sharing
-from .base import Method, order_problem
-from .base import check_order as _check_order
+from .base import Method, check_order, order_problem, register
 
 METHODS: tuple[Method, ...] = (
     sharing.METHOD,
@@ -28,17 +27,13 @@ METHODS: tuple[Method, ...] = (
     references.METHOD,
 )
 BY_NAME: dict[str, Method] = {m.name: m for m in METHODS}
+register(METHODS)
 
 
 def restore_all(model: nn.Module, adapter: ArchitectureAdapter, record: Any, source: str) -> None:
     """Rebuild every recorded structural change of ``record`` on a freshly built ``model``."""
     for method in METHODS:
         method.restore(model, adapter, record, source)
-
-
-def check_order(name: str, record: Any) -> None:
-    """Refuse applying method ``name`` to a model whose record has a method it must come before."""
-    _check_order(BY_NAME[name], record, METHODS)
 
 
 def describe_all(info: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -74,9 +74,19 @@ def order_problem(method: Method, applied: Mapping[str, str], methods: tuple[Met
     return None
 
 
-def check_order(method: Method, record: Any, methods: tuple[Method, ...]) -> None:
-    """Refuse applying ``method`` to a model whose record says a method it must precede ran already."""
+#: the registry, handed over once by :mod:`ghostify.methods` (which imports every method, so a
+#: method's ``apply`` reaches the order rules through here rather than by importing it)
+REGISTRY: list[Method] = []
+
+
+def register(methods: tuple[Method, ...]) -> None:
+    REGISTRY[:] = methods
+
+
+def check_order(name: str, record: Any) -> None:
+    """Refuse applying method ``name`` to a model whose record says a method it must precede ran already."""
+    methods = tuple(REGISTRY)
     applied = {m.name: "the model" for m in methods if m.present(record)}
-    problem = order_problem(method, applied, methods)
+    problem = order_problem(next(m for m in methods if m.name == name), applied, methods)
     if problem is not None:
         raise GhostifyError(problem)

@@ -19,15 +19,15 @@ from typing import Any, Callable
 
 import yaml
 
-from ..files import atomic_directory, check_disjoint, write_text_atomically
+from ..checkpoint import _auto_class, load_config
 from ..errors import GhostifyError
+from ..files import atomic_directory, check_disjoint, write_text_atomically
+from ..steps import attach_ghost, info, prune
 from ..training.loop import partial_dir
 from .overrides import apply_overrides
 from .report import stage_summary, write_report
 from .schema import REFERENCE, Recipe, Stage, references, validate
 from .yaml_source import RecipeSource
-from ..checkpoint import _auto_class, load_config
-from ..steps import attach_ghost, info, prune
 
 STAGE_FILE = "stage.json"
 RECIPE_FILE = "recipe.yaml"

@@ -23,8 +23,8 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from .. import steps
-from ..methods import METHODS, order_problem, stage_methods
 from ..errors import GhostifyError
+from ..methods import METHODS, order_problem, stage_methods
 from .yaml_source import Location, RecipeSource
 
 REFERENCE = re.compile(r"\$\{([A-Za-z0-9_.\-]+)\}")

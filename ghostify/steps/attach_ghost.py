@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from ..architectures import get_adapter
 from ..checkpoint import load_config, load_model, max_positions, model_record, read_record, save_checkpoint
 from ..files import check_output_dir
-from ..ghost import GhostSettings, attach_ghosts, ghost_record
-from ..ghost.inject import check_family, no_pruned_heads
-from ..ghost.settings import DEFAULT_POSITIONS
 from ..methods import check_order
+from ..methods.ghost import GhostSettings, attach_ghosts, ghost_record
+from ..methods.ghost.apply import check_family, no_pruned_heads
+from ..methods.ghost.settings import DEFAULT_POSITIONS
 from ..record import GhostifyRecord, history_entry
 from ..seeding import check_seed
 

@@ -16,9 +16,9 @@ import torch
 
 from ..augment import CandidateProposer, default_per_example, example_rng, sample_variants
 from ..checkpoint import load_config, load_model
-from ..files import TOKENIZER_FILES, atomic_directory, check_output_dir
 from ..data import DEFAULT_DATASET, label_kind, load_split, resolve_task
 from ..errors import CheckpointError, DataError, GhostifyError
+from ..files import TOKENIZER_FILES, atomic_directory, check_output_dir
 from ..version import __version__
 from .common import check_max_length, default_device, load_tokenizer
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint import load_config, max_positions
 from ..errors import CheckpointError, GhostifyError
 from ..files import TOKENIZER_FILES
-from ..checkpoint import load_config, max_positions
 
 
 def default_device() -> torch.device:

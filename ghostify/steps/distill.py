@@ -7,16 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from ..architectures import get_adapter
-from ..files import check_disjoint, check_output_dir
-from ..references.distill import ReferenceDistillObjective, check_reference_options, prepare_references
 from ..data import DEFAULT_DATASET
+from ..files import check_disjoint, check_output_dir
 from ..seeding import seed_everything
 from ..training.layer_map import build_layer_map
 from ..training.loop import TrainResult, TrainSettings, partial_dir
 from ..training.loop import train as run_training
 from ..training.objectives import DistillObjective, DistillWeights
-from .finetune import _plain
+from ..training.reference_distill import ReferenceDistillObjective, check_reference_options, prepare_references
 from .common import check_max_length, check_same_tokenizer
+from .finetune import _plain
 from .training_common import check_dropout, check_optimizer, load_classifier, set_trainable, student_saver, task_inputs
 
 

@@ -8,8 +8,9 @@ import warnings
 from ..architectures import get_adapter
 from ..checkpoint import load_config, load_model, model_record, read_record, save_checkpoint
 from ..files import check_output_dir
-from ..embeddings import check_rank, embeddings_record
-from ..embeddings import factorize_embeddings as factorize
+from ..methods.embeddings.apply import embeddings_record
+from ..methods.embeddings.apply import factorize_embeddings as factorize
+from ..methods.embeddings.settings import check_rank
 from ..record import GhostifyRecord, history_entry
 
 

@@ -6,15 +6,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..files import check_disjoint, check_output_dir
 from ..data import DEFAULT_DATASET
+from ..errors import GhostifyError
+from ..files import check_disjoint, check_output_dir
+from ..seeding import seed_everything
 from ..training.loop import TrainResult, TrainSettings, partial_dir
 from ..training.loop import train as run_training
-from ..seeding import seed_everything
 from ..training.objectives import FinetuneObjective
 from .common import check_max_length, check_same_tokenizer
 from .training_common import check_dropout, check_optimizer, load_classifier, set_trainable, student_saver, task_inputs
-from ..errors import GhostifyError
 
 
 def finetune(

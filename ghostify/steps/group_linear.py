@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from ..architectures import get_adapter
 from ..checkpoint import load_config, load_model, model_record, read_record, save_checkpoint
 from ..files import check_output_dir
-from ..grouped import check_groups, group_linear as group_in_place, grouped_record, module_widths, parse_modules
 from ..methods import check_order
+from ..methods.grouped.apply import group_linear as group_in_place
+from ..methods.grouped.apply import grouped_record
+from ..methods.grouped.settings import check_groups, module_widths, parse_modules
 from ..record import GhostifyRecord, history_entry
 
 

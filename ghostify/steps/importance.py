@@ -6,15 +6,15 @@ import os
 import warnings
 from pathlib import Path
 
+from ..architectures import get_adapter
 from ..checkpoint import load_config, load_model, model_record, save_checkpoint
-from ..files import check_output_dir
 from ..data import DEFAULT_DATASET, batches, label_kind, load_split, resolve_task
 from ..errors import GhostifyError
-from ..pruning import SCORES_NAME, ImportanceScores, compute_importance
+from ..files import check_output_dir
+from ..methods.pruning import SCORES_NAME, ImportanceScores, compute_importance
 from ..record import history_entry
 from ..seeding import seed_everything
 from .common import check_max_length, check_positive, default_device, load_tokenizer
-from ..architectures import get_adapter
 
 SPLIT = "train"  # scores come from training data only: pruning on validation data leaks it
 

@@ -9,11 +9,11 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ..architectures import get_adapter
 from ..checkpoint import load_config, load_model, model_record
-from ..flops import measure
-from ..ghost import ghost_flops, ghost_params
 from ..errors import GhostifyError
+from ..flops import measure
+from ..methods.ghost import ghost_flops, ghost_params
+from ..methods.references import find_references
 from .common import max_tokens
-from ..references import find_references
 
 
 def info(model: str | os.PathLike, *, seq_len: int = 128) -> dict[str, Any]:

@@ -6,15 +6,16 @@ import os
 import warnings
 from pathlib import Path
 
-from ..checkpoint import load_config, load_model, model_record, read_record, save_checkpoint
-from ..files import check_output_dir
-from ..errors import GhostifyError
-from ..pruning import ALLOCATIONS, SCORES_NAME, ImportanceScores, check_scores_match, magnitude_importance, parse_width
-from ..pruning import prune as prune_in_place
-from ..methods import check_order
-from ..record import GhostifyRecord, history_entry
 from ..architectures import get_adapter
-from ..pruning.allocation import heads_for_width
+from ..checkpoint import load_config, load_model, model_record, read_record, save_checkpoint
+from ..errors import GhostifyError
+from ..files import check_output_dir
+from ..methods import check_order
+from ..methods.pruning import ALLOCATIONS, SCORES_NAME, ImportanceScores, magnitude_importance, parse_width
+from ..methods.pruning.allocation import heads_for_width
+from ..methods.pruning.apply import check_scores_match
+from ..methods.pruning.apply import prune as prune_in_place
+from ..record import GhostifyRecord, history_entry
 
 
 def prune(

@@ -7,11 +7,12 @@ import warnings
 
 from ..architectures import get_adapter
 from ..checkpoint import load_config, load_model, model_record, read_record, save_checkpoint
-from ..files import check_output_dir
 from ..errors import GhostifyError
-from ..record import GhostifyRecord, history_entry
+from ..files import check_output_dir
 from ..methods import check_order
-from ..sharing import INITS, plan_groups, share
+from ..methods.sharing.apply import share
+from ..methods.sharing.settings import INITS, plan_groups
+from ..record import GhostifyRecord, history_entry
 
 
 def share_layers(

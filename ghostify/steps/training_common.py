@@ -13,13 +13,13 @@ from torch import nn
 
 from ..checkpoint import load_config, load_model, model_record, write_checkpoint
 from ..data import TaskPreset, label_kind, load_split, padding_collator, resolve_task, tokenize
+from ..data.sop import add_sop_inputs, sop_collator
 from ..errors import GhostifyError
+from ..methods.ghost import freeze_except_ghosts
 from ..record import history_entry
 from ..training.loop import Evaluation
 from ..training.metrics import main_metric
 from .common import load_tokenizer
-from ..data.sop import add_sop_inputs, sop_collator
-from ..ghost import freeze_except_ghosts
 
 PROJECTIONS_NAME = "distill_projections.safetensors"
 

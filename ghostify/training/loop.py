@@ -28,8 +28,8 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from ..console import err
-from ..files import atomic_directory, remove_tree
 from ..errors import GhostifyError
+from ..files import atomic_directory, remove_tree
 from .metrics import compute_metrics
 
 MIXED_PRECISION = ("no", "fp16", "bf16")

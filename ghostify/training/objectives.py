@@ -11,9 +11,9 @@ from torch import nn
 
 from ..architectures import get_adapter
 from ..checkpoint import model_record
-from ..errors import GhostifyError
 from ..data.sop import IGNORE
 from ..data.sop import PREFIX as SOP_PREFIX
+from ..errors import GhostifyError
 from .capture import capture, enable_score_capture
 from .layer_map import LayerMap
 from .loop import Objective

@@ -1,5 +1,16 @@
 """Importing this package registers every command on the Typer app."""
 
-from . import attach_ghost, augment, distill, evaluate, finetune, importance, info, prune, run  # noqa: F401
-from . import group_linear  # noqa: F401
-from . import factorize_embeddings, share_layers  # noqa: F401
+from . import (  # noqa: F401  # noqa: F401
+    attach_ghost,
+    augment,
+    distill,
+    evaluate,
+    factorize_embeddings,
+    finetune,
+    group_linear,  # noqa: F401
+    importance,
+    info,
+    prune,
+    run,
+    share_layers,
+)

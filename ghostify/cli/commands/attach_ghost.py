@@ -5,8 +5,8 @@ from typing import Annotated
 import typer
 
 from ... import steps
-from ...ghost import GhostSettings
-from ...ghost.settings import CONV_HELP, POSITIONS
+from ...methods.ghost import GhostSettings
+from ...methods.ghost.settings import CONV_HELP, POSITIONS
 from ..app import app
 from ..console import err, human
 from ..options import Model, Output, Overwrite, Seed

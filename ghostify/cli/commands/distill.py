@@ -5,14 +5,38 @@ from typing import Annotated, Optional
 import typer
 
 from ... import steps
+from ...checkpoint import load_config, read_record
 from ...data import DEFAULT_DATASET
 from ..app import app
 from ..console import err
-from ..options import (AttentionDropout, Dropout, Metric, CheckpointSteps, Dataset, Epochs, GlobalBatchSize, GradientAccumulation, LabelColumn, LearningRate,
-                       MaxGradNorm, MaxLength, MaxSamples, MixedPrecision, Output, Overwrite, Resume, Seed, Task,
-                       Temperature, TextColumns, Train, WarmupRatio, WeightDecay, split_columns)
+from ..options import (
+    AttentionDropout,
+    CheckpointSteps,
+    Dataset,
+    Dropout,
+    Epochs,
+    GlobalBatchSize,
+    GradientAccumulation,
+    LabelColumn,
+    LearningRate,
+    MaxGradNorm,
+    MaxLength,
+    MaxSamples,
+    Metric,
+    MixedPrecision,
+    Output,
+    Overwrite,
+    Resume,
+    Seed,
+    Task,
+    Temperature,
+    TextColumns,
+    Train,
+    WarmupRatio,
+    WeightDecay,
+    split_columns,
+)
 from ..summary import print_training
-from ...checkpoint import load_config, read_record
 
 
 def _weight(flag: str, what: str):

@@ -8,7 +8,19 @@ from ... import steps
 from ...data import DEFAULT_DATASET
 from ..app import app
 from ..console import out, print_json
-from ..options import Metric, BatchSize, Dataset, Json, LabelColumn, MaxLength, MaxSamples, Model, Task, TextColumns, split_columns
+from ..options import (
+    BatchSize,
+    Dataset,
+    Json,
+    LabelColumn,
+    MaxLength,
+    MaxSamples,
+    Metric,
+    Model,
+    Task,
+    TextColumns,
+    split_columns,
+)
 
 
 @app.command(

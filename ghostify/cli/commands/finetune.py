@@ -8,9 +8,34 @@ from ... import steps
 from ...data import DEFAULT_DATASET
 from ..app import app
 from ..console import err
-from ..options import (AttentionDropout, Dropout, Metric, CheckpointSteps, Dataset, Epochs, GlobalBatchSize, GradientAccumulation, LabelColumn, LearningRate,
-                       MaxGradNorm, MaxLength, MaxSamples, MixedPrecision, Model, Output, Overwrite, Resume, Seed, Task,
-                       Temperature, TextColumns, Train, WarmupRatio, WeightDecay, split_columns)
+from ..options import (
+    AttentionDropout,
+    CheckpointSteps,
+    Dataset,
+    Dropout,
+    Epochs,
+    GlobalBatchSize,
+    GradientAccumulation,
+    LabelColumn,
+    LearningRate,
+    MaxGradNorm,
+    MaxLength,
+    MaxSamples,
+    Metric,
+    MixedPrecision,
+    Model,
+    Output,
+    Overwrite,
+    Resume,
+    Seed,
+    Task,
+    Temperature,
+    TextColumns,
+    Train,
+    WarmupRatio,
+    WeightDecay,
+    split_columns,
+)
 from ..summary import print_training
 
 

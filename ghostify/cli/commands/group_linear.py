@@ -5,7 +5,7 @@ from typing import Annotated
 import typer
 
 from ... import steps
-from ...grouped import MODULES
+from ...methods.grouped.settings import MODULES
 from ..app import app
 from ..console import err
 from ..options import Model, Output, Overwrite

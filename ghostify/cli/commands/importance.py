@@ -8,7 +8,19 @@ from ... import steps
 from ...data import DEFAULT_DATASET
 from ..app import app
 from ..console import err, progress
-from ..options import BatchSize, Dataset, LabelColumn, MaxLength, Model, Output, Overwrite, Seed, Task, TextColumns, split_columns
+from ..options import (
+    BatchSize,
+    Dataset,
+    LabelColumn,
+    MaxLength,
+    Model,
+    Output,
+    Overwrite,
+    Seed,
+    Task,
+    TextColumns,
+    split_columns,
+)
 from ..summary import print_importance
 
 

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from ... import steps
-from ...pruning import ALLOCATIONS
+from ...methods.pruning import ALLOCATIONS
 from ..app import app
 from ..console import err
 from ..options import Model, Output, Overwrite

@@ -5,7 +5,7 @@ from typing import Annotated
 import typer
 
 from ... import steps
-from ...sharing import INITS, describe
+from ...methods.sharing import INITS, describe_groups
 from ..app import app
 from ..console import err, human
 from ..options import Model, Output, Overwrite
@@ -34,7 +34,7 @@ def share_layers(
     record = steps.share_layers(model, output, groups=groups, init=init, overwrite=overwrite)
     s = record.sharing or {}
     err.print(
-        f"shared: {describe(s)}; parameters {human(s['params_before'])} -> {human(s['params_after'])} "
+        f"shared: {describe_groups(s)}; parameters {human(s['params_before'])} -> {human(s['params_after'])} "
         f"({s['params_before'] - s['params_after']:,} fewer)"
     )
     err.print(f"wrote {output}")

@@ -1,0 +1,37 @@
+"""Factorised embeddings: rebuilding the structure from the record before a strict weight load (see :mod:`ghostify.methods.embeddings`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from ...errors import CheckpointError
+from .modules import FactorizedEmbedding, _install, _tied_decoder
+from .settings import EMBEDDINGS_RECORD_FORMAT
+
+
+def restore_embeddings(model: nn.Module, record: Any) -> None:
+    """Rebuild ``record.embeddings`` on a freshly built model, before its weights load strictly."""
+    data = getattr(record, "embeddings", None)
+    if not data:
+        return
+    source = getattr(model.config, "_name_or_path", "config.json")
+    if int(data.get("format", EMBEDDINGS_RECORD_FORMAT)) > EMBEDDINGS_RECORD_FORMAT:
+        raise CheckpointError(f"{source} was written by a newer ghostify (embeddings record format {data['format']}); upgrade ghostify")
+    embedding = model.get_input_embeddings()
+    vocab, width = embedding.weight.shape
+    try:
+        rank = int(data["rank"])
+    except (KeyError, TypeError, ValueError):
+        raise CheckpointError(f"corrupt embeddings record in {source}: no rank; re-create the checkpoint") from None
+    if not 1 <= rank <= min(vocab, width) or (data.get("vocab"), data.get("width")) != (vocab, width):
+        raise CheckpointError(
+            f"the embeddings record of {source} (rank {rank}, {data.get('vocab')} x {data.get('width')}) does not fit "
+            f"the config's {vocab} x {width} embeddings; the checkpoint's config.json was edited or is corrupt"
+        )
+    decoder = _tied_decoder(model, embedding)
+    weight = embedding.weight
+    new = FactorizedEmbedding(vocab, rank, width, getattr(embedding, "padding_idx", None), device=weight.device,
+                              dtype=weight.dtype)
+    _install(model, embedding, new, decoder)

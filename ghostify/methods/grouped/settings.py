@@ -1,0 +1,69 @@
+"""Grouped layers: settings, their validation and the record format (see :mod:`ghostify.methods.grouped`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ...architectures import get_adapter
+from ...errors import GhostifyError
+
+GROUPED_RECORD_FORMAT = 1
+
+
+#: user-facing module names -> LayerPaths attributes
+MODULES: dict[str, tuple[str, ...]] = {
+    "qkv": ("query", "key", "value"),
+    "o": ("attention_output",),
+    "ffn": ("ffn_up", "ffn_down"),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# options
+# ----------------------------------------------------------------------------------------------
+def parse_modules(modules: str | Sequence[str]) -> list[str]:
+    """``"qkv,ffn"`` -> ``["qkv", "ffn"]`` (validated, in canonical order)."""
+    names = [m.strip() for m in (modules.split(",") if isinstance(modules, str) else modules) if m and m.strip()]
+    unknown = [m for m in names if m not in MODULES]
+    if unknown or not names:
+        raise GhostifyError(
+            f"--modules {','.join(names) or repr(modules)}: {'unknown ' + ', '.join(unknown) if unknown else 'none given'}; "
+            f"choose among {', '.join(MODULES)} (comma-separated, e.g. qkv,ffn)"
+        )
+    return [m for m in MODULES if m in names]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def check_groups(groups: int, dims: dict[str, set[int]]) -> None:
+    """``dims`` maps a module name to the widths its projections have (every layer)."""
+    if groups < 1:
+        raise GhostifyError(f"--groups {groups}: must be at least 1 (1 keeps the layers dense)")
+    bad = {name: sorted(d for d in widths if d % groups) for name, widths in dims.items()}
+    bad = {k: v for k, v in bad.items() if v}
+    if bad:
+        common = math.gcd(*[d for widths in dims.values() for d in widths])
+        name, widths = next(iter(bad.items()))
+        raise GhostifyError(
+            f"--groups {groups} does not divide the {name} width {widths[0]}; valid --groups for "
+            f"--modules {','.join(dims)} on this model: {', '.join(map(str, _divisors(common)))}"
+        )
+
+
+def module_widths(config, record: Any, modules: Sequence[str]) -> dict[str, set[int]]:
+    """The input and output widths of the chosen projections in every layer, from the config and
+    the record alone (for checking --groups before loading weights)."""
+    adapter = get_adapter(config)
+    hidden, head_size = adapter.hidden_size(config), adapter.head_size(config)
+    heads = record.heads_per_layer if record is not None else [adapter.num_heads(config)]
+    ffn = list(record.ffn) if record is not None else [adapter.ffn_size(config)]
+    widths = {
+        "qkv": {hidden, *(h * head_size for h in heads)},
+        "o": {hidden, *(h * head_size for h in heads)},
+        "ffn": {hidden, *ffn},
+    }
+    return {name: widths[name] for name in modules}

@@ -1,0 +1,16 @@
+"""Cross-layer sharing: what `ghostify info` prints (see :mod:`ghostify.methods.sharing`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .apply import describe_groups
+
+
+def describe(info: Mapping[str, Any]) -> list[tuple[str, str]]:
+    applications = info.get("layer_applications") or []
+    if not info.get("sharing") and not any(n > 1 for n in applications):
+        return []
+    runs = f"{len(applications)} distinct layers run {applications} times"
+    return [("shared layers", f"{describe_groups(info['sharing'])}; {runs}" if info.get("sharing") else runs)]

@@ -1,0 +1,30 @@
+"""Cross-layer sharing: rebuilding the structure from the record before a strict weight load (see :mod:`ghostify.methods.sharing`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from ...architectures import ArchitectureAdapter
+from ...errors import CheckpointError
+from .modules import _restore_config_groups, _restore_slots
+from .settings import SHARING_RECORD_FORMAT
+
+
+def restore_sharing(model: nn.Module, adapter: ArchitectureAdapter, record: Any) -> None:
+    """Rebuild ``record.sharing`` on a freshly built model, before pruning and the strict load."""
+    sharing = getattr(record, "sharing", None)
+    if not sharing:
+        return
+    source = getattr(model.config, "_name_or_path", "config.json")
+    groups = sharing.get("groups") if isinstance(sharing, dict) else None
+    if not isinstance(groups, list) or not all(isinstance(g, list) and g for g in groups):
+        raise CheckpointError(f"corrupt sharing record in {source}: no groups; re-create the checkpoint")
+    if int(sharing.get("format", SHARING_RECORD_FORMAT)) > SHARING_RECORD_FORMAT:
+        raise CheckpointError(f"{source} was written by a newer ghostify (sharing record format {sharing['format']}); upgrade ghostify")
+    groups = [[int(i) for i in g] for g in groups]
+    if adapter.config_groups is not None:
+        _restore_config_groups(model, adapter, groups)
+    else:
+        _restore_slots(model, adapter, groups)
