@@ -39,7 +39,7 @@ class Command:
     name: str  # the YAML key and CLI command
     function: Callable[..., Any]
     input: str | None  # the parameter that takes the current model, if any
-    produces: str  # "model", "dataset" or "metrics"
+    produces: str  # "model", "dataset", "metrics" or "export" (files for other runtimes)
     trains: bool = False  # runs the training loop (so it can resume)
 
 
@@ -54,6 +54,7 @@ COMMANDS: dict[str, Command] = {
     "distill": Command("distill", steps.distill, "student", "model", trains=True),
     "finetune": Command("finetune", steps.finetune, "model", "model", trains=True),
     "eval": Command("eval", steps.evaluate, "model", "metrics"),
+    "export": Command("export", steps.export, "model", "export"),
 }
 
 

@@ -4,6 +4,7 @@ from .attach_ghost import attach_ghost
 from .augment import augment
 from .distill import distill
 from .evaluate import evaluate
+from .export import export
 from .factorize_embeddings import factorize_embeddings
 from .finetune import finetune
 from .group_linear import group_linear
@@ -12,4 +13,4 @@ from .info import info
 from .prune import prune
 from .share_layers import share_layers
 
-__all__ = ["attach_ghost", "augment", "distill", "evaluate", "factorize_embeddings", "finetune", "group_linear", "importance", "info", "prune", "share_layers"]
+__all__ = ["attach_ghost", "augment", "distill", "evaluate", "export", "factorize_embeddings", "finetune", "group_linear", "importance", "info", "prune", "share_layers"]

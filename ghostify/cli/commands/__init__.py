@@ -5,6 +5,7 @@ from . import (  # noqa: F401  # noqa: F401
     augment,
     distill,
     evaluate,
+    export,
     factorize_embeddings,
     finetune,
     group_linear,  # noqa: F401

@@ -12,6 +12,7 @@ embedding width (ALBERT, ELECTRA: V x E0) factorise that matrix.
 from __future__ import annotations
 
 from ..base import Method
+from . import restore
 from .apply import Factorization, embeddings_record, factorize_embeddings
 from .describe import describe
 from .modules import FactorizedDecoder, FactorizedEmbedding
@@ -20,7 +21,7 @@ from .settings import check_rank
 
 METHOD = Method(
     name="embeddings", record_key="embeddings", command="factorize-embeddings", noun="factorised embeddings",
-    restore=lambda model, adapter, record, source: restore_embeddings(model, record),
+    restore=restore.restore,
     describe=describe,
 )
 

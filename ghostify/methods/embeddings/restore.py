@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import nn
 
+from ...architectures import ArchitectureAdapter
 from ...errors import CheckpointError
 from .modules import FactorizedEmbedding, _install, _tied_decoder
 from .settings import EMBEDDINGS_RECORD_FORMAT
@@ -35,3 +36,8 @@ def restore_embeddings(model: nn.Module, record: Any) -> None:
     new = FactorizedEmbedding(vocab, rank, width, getattr(embedding, "padding_idx", None), device=weight.device,
                               dtype=weight.dtype)
     _install(model, embedding, new, decoder)
+
+
+def restore(model: nn.Module, adapter: ArchitectureAdapter, record: Any, source: str) -> None:
+    """The registry's entry point (``Method.restore``): rebuild this method's recorded structure."""
+    restore_embeddings(model, record)

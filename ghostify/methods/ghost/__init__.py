@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 from ..base import Method
+from . import restore
 from .apply import (
                     attach_ghosts,
                     freeze_except_ghosts,
@@ -33,7 +34,7 @@ from .settings import CONVS, DEFAULT_POSITIONS, POSITIONS, GhostSettings
 
 METHOD = Method(
     name="ghost", record_key="ghost", command="attach-ghost", noun="ghost modules",
-    restore=lambda model, adapter, record, source: restore_ghosts(model, adapter, record),
+    restore=restore.restore,
     describe=describe,
     repeatable=False,
 )

@@ -4,12 +4,14 @@ Ghost convolutions slide over the sequence, so a padded batch must look to them 
 sequence alone: padded positions are zeroed before convolving, which is what the convolution's own
 zero padding does beyond the ends of a sequence that is alone (right or left padding alike).
 
-The mask is captured generically: a forward pre-hook on the encoder (``model.base_model``, which
-every task head calls) reads its ``attention_mask`` argument. No Hugging Face submodule is named.
+The mask is captured generically from the encoder's (``model.base_model``, which every task head
+calls) ``attention_mask`` argument, by wrapping its ``forward``: not a forward pre-hook, which
+``encoder.forward(...)`` skips (sentence-transformers calls that). No Hugging Face submodule is named.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -55,10 +57,10 @@ class GhostContext:
         """Feed this context from ``encoder``'s forward calls (a no-op when already installed)."""
         if getattr(encoder, CONTEXT_ATTR, None) is self:
             return
-        encoder.register_forward_pre_hook(self._capture, with_kwargs=True)
+        encoder.forward = _Capturing(self, encoder.forward)
         setattr(encoder, CONTEXT_ATTR, self)
 
-    def _capture(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
+    def _capture(self, args: tuple, kwargs: dict[str, Any]) -> None:
         mask = kwargs.get("attention_mask")
         if mask is None and self._mask_index is not None and len(args) > self._mask_index:
             mask = args[self._mask_index]
@@ -76,8 +78,10 @@ class GhostContext:
                 "pass the tokenizer's attention_mask"
             )
         mask = mask != 0
-        # one host sync per forward pass buys skipping every masking multiply on unpadded batches
-        self.mask = None if bool(mask.all()) else mask
+        # one host sync per forward pass buys skipping every masking multiply on unpadded batches;
+        # a graph being traced for export keeps the multiply (the same result either way), since it
+        # must serve every batch, padded or not
+        self.mask = mask if tracing() or not bool(mask.all()) else None
 
     def keep(self, x: torch.Tensor, batch: int, length: int) -> torch.Tensor | None:
         """The (batch, length) 0/1 mask in ``x``'s dtype and device, or None without padding."""
@@ -92,3 +96,20 @@ class GhostContext:
         if key not in self._keep:
             self._keep[key] = self.mask.to(device=x.device, dtype=x.dtype)
         return self._keep[key]
+
+
+class _Capturing:
+    """``encoder.forward`` that first hands its attention mask to the context (same signature)."""
+
+    def __init__(self, context: GhostContext, forward: Any) -> None:
+        functools.update_wrapper(self, forward)
+        self.context, self.forward = context, forward
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.context._capture(args, kwargs)
+        return self.forward(*args, **kwargs)
+
+
+def tracing() -> bool:
+    """Whether this forward pass is being captured as a graph (torch.export, ONNX, TorchScript)."""
+    return torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()

@@ -29,7 +29,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ...errors import GhostifyError
 from ..grouped.modules import GroupedLinear
-from .context import GhostContext
+from .context import GhostContext, tracing
 
 
 class GhostConv(nn.Module):
@@ -133,15 +133,15 @@ def _cached_softmax(module: nn.Module, kernel_dims: int) -> torch.Tensor:
     the result is cached until the weight changes (its version counter or storage), which saves
     one operation per module and forward pass; with autograd on it is always recomputed."""
     weight = module.weight
-    cache = not torch.is_grad_enabled()
+    flat = weight.flatten(-kernel_dims) if kernel_dims > 1 else weight
+    if torch.is_grad_enabled() or tracing():  # training, or a traced graph, which must compute it
+        return flat.softmax(-1).view_as(weight)
     key = (weight._version, weight.data_ptr(), weight.dtype, weight.device)
     cached = module.__dict__.get("_kernel_cache")
-    if cache and cached is not None and cached[0] == key:
+    if cached is not None and cached[0] == key:
         return cached[1]
-    flat = weight.flatten(-kernel_dims) if kernel_dims > 1 else weight
     kernel = flat.softmax(-1).view_as(weight)
-    if cache:
-        module.__dict__["_kernel_cache"] = (key, kernel)
+    module.__dict__["_kernel_cache"] = (key, kernel)
     return kernel
 
 

@@ -54,3 +54,8 @@ def check_ghost_record(ghost: dict[str, Any] | None, source: str, *, max_positio
         GhostSettings.from_dict(settings).check_model(max_positions=max_positions)
     except (GhostifyError, TypeError) as exc:
         raise CheckpointError(f"corrupt ghostify record in {source}: ghost.settings: {exc}; re-create the checkpoint") from None
+
+
+def restore(model: nn.Module, adapter: ArchitectureAdapter, record: Any, source: str) -> None:
+    """The registry's entry point (``Method.restore``): rebuild this method's recorded structure."""
+    restore_ghosts(model, adapter, record)

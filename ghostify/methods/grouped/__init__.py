@@ -20,6 +20,7 @@ share one input order and one gather).
 from __future__ import annotations
 
 from ..base import Method
+from . import restore
 from .apply import group_linear, grouped_record
 from .describe import describe
 from .modules import GroupedLinear
@@ -28,7 +29,7 @@ from .settings import MODULES, check_groups, module_widths, parse_modules
 
 METHOD = Method(
     name="grouped", record_key="grouped", command="group-linear", noun="grouped layers",
-    restore=lambda model, adapter, record, source: restore_grouped(model, adapter, record),
+    restore=restore.restore,
     describe=describe,
     before=("ghost",),  # ghost projections wrap plain linear layers
     repeatable=False,

@@ -51,3 +51,8 @@ def _share_on_load(adapter: ArchitectureAdapter, layer: nn.Module) -> None:
     gather = SharedGather(3)
     for path in (paths.query, paths.key, paths.value):
         adapter.submodule(layer, path).shared_gather = gather
+
+
+def restore(model: nn.Module, adapter: ArchitectureAdapter, record: Any, source: str) -> None:
+    """The registry's entry point (``Method.restore``): rebuild this method's recorded structure."""
+    restore_grouped(model, adapter, record)

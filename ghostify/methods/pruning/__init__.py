@@ -4,6 +4,7 @@ loss impact through gates, selection to a width, and physical removal of the res
 from __future__ import annotations
 
 from ..base import Method
+from . import restore
 from .allocation import Selection, select
 from .apply import check_scores_match, dense_record, prune, prune_model
 from .describe import describe
@@ -14,7 +15,7 @@ from .settings import ALLOCATIONS, parse_width
 
 METHOD = Method(
     name="pruning", record_key="heads", command="prune", noun="pruned heads and neurons",
-    restore=lambda model, adapter, record, source: apply_structure(model, adapter, record),
+    restore=restore.restore,
     describe=describe,
     # ghost modules and grouped blocks are built for the widths they were attached to
     before=("ghost", "grouped"),

@@ -51,19 +51,21 @@ def set_heads(adapter: ArchitectureAdapter, layer: nn.Module, head_index: list[i
         if hasattr(attention, attr):
             setattr(attention, attr, len(head_index) * head_size)
     if adapter.position_bias_arg is not None:
-        first_time = "ghostify_head_index" not in attention._buffers
+        first_time = not hasattr(attention, HEADS_ATTR)
         register_head_index(attention, head_index)
         if first_time:
             attention.register_forward_pre_hook(_BiasHeads(adapter.position_bias_arg))
 
 
+#: the attention module's attribute with the kept heads' original indices (a plain list, not a
+#: buffer: a model that transformers builds on the meta device, as from_pretrained does, would
+#: leave a non-persistent buffer's values undefined)
+HEADS_ATTR = "ghostify_heads"
+
+
 def register_head_index(attention: nn.Module, head_index: list[int]) -> None:
-    """Store the kept original head indices as a (non-persistent) buffer on a module."""
-    index = torch.tensor(head_index, dtype=torch.long)
-    if "ghostify_head_index" in attention._buffers:
-        attention.ghostify_head_index = index.to(attention.ghostify_head_index.device)
-    else:
-        attention.register_buffer("ghostify_head_index", index, persistent=False)
+    """Store the kept original head indices on an attention module."""
+    setattr(attention, HEADS_ATTR, [int(h) for h in head_index])
 
 
 class _BiasHeads:
@@ -75,7 +77,8 @@ class _BiasHeads:
     def __call__(self, module: nn.Module, args: tuple) -> tuple | None:
         if len(args) <= self.arg or args[self.arg] is None:
             return None
-        position_bias = args[self.arg].index_select(1, module.ghostify_head_index)
+        bias = args[self.arg]
+        position_bias = bias.index_select(1, torch.tensor(getattr(module, HEADS_ATTR), device=bias.device))
         return (*args[:self.arg], position_bias, *args[self.arg + 1:])
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 
 from ...architectures import ArchitectureAdapter
@@ -27,3 +29,8 @@ def apply_structure(model: nn.Module, adapter: ArchitectureAdapter, record: Ghos
             continue
         prune_layer(adapter, layer, range(len(heads)), range(ffn), head_size, dense)
         set_heads(adapter, layer, list(heads), head_size)
+
+
+def restore(model: nn.Module, adapter: ArchitectureAdapter, record: Any, source: str) -> None:
+    """The registry's entry point (``Method.restore``): rebuild this method's recorded structure."""
+    apply_structure(model, adapter, record)

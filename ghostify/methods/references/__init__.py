@@ -6,6 +6,7 @@ wires both into a model; the δ-shifted first-layer attention is a hook of :mod:
 from __future__ import annotations
 
 from ..base import Method
+from . import restore
 from .apply import install_references, reference_record, write_references
 from .describe import describe
 from .modules import ReferenceAttention, find_references
@@ -16,7 +17,7 @@ from .store import ReferenceStore, build_store
 
 METHOD = Method(
     name="references", record_key="references", command="distill", when="references", noun="reference attention",
-    restore=lambda model, adapter, record, source: restore_references(model, record, source),
+    restore=restore.restore,
     describe=describe,
 )
 

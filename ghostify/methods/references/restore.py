@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
+from ...architectures import ArchitectureAdapter
 from ...errors import CheckpointError
 from .apply import install_references
 from .settings import REFERENCES_NAME, RIDGE_ALPHA
@@ -37,3 +39,8 @@ def restore_references(model: nn.Module, record, source: str | os.PathLike) -> N
         module.ridge = ridge.to(module.keys.device)
         module._stale = False
     module.agreement = retrieval.get("agreement")
+
+
+def restore(model: nn.Module, adapter: ArchitectureAdapter, record: Any, source: str) -> None:
+    """The registry's entry point (``Method.restore``): rebuild this method's recorded structure."""
+    restore_references(model, record, source)

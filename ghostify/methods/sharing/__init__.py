@@ -16,6 +16,7 @@ config's group count, so only equal groups are possible.
 from __future__ import annotations
 
 from ..base import Method
+from . import restore
 from .apply import check_shareable, share
 from .describe import describe, describe_groups
 from .restore import restore_sharing
@@ -23,7 +24,7 @@ from .settings import INITS, distinct_layers, plan_groups
 
 METHOD = Method(
     name="sharing", record_key="sharing", command="share-layers", noun="shared layers",
-    restore=lambda model, adapter, record, source: restore_sharing(model, adapter, record),
+    restore=restore.restore,
     describe=describe,
     # averaging layers needs them unchanged otherwise: ghosts, grouping and references add modules
     before=("ghost", "grouped", "references"),

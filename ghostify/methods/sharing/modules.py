@@ -88,3 +88,20 @@ def _restore_config_groups(model: nn.Module, adapter: ArchitectureAdapter, group
 def _per_step(model: nn.Module, adapter: ArchitectureAdapter) -> int:
     """Layer modules run per step (ALBERT's inner_group_num; 1 elsewhere)."""
     return len(adapter.applied_layers(model)) // adapter.num_layers(model.config)
+
+
+def declare_shared_tensors(model: nn.Module) -> None:
+    """Declare the tensors of shared layers as ties in transformers' mapping (each later name ->
+    its first name), so that ``save_pretrained`` writes each once, as for tied embeddings, instead
+    of refusing shared tensors, and ``from_pretrained`` ties them back."""
+    tied = dict(getattr(model, "all_tied_weights_keys", None) or {})
+    known = set(tied) | set(tied.values())
+    first: dict[int, str] = {}
+    shared = {}
+    for key, value in model.state_dict(keep_vars=True).items():
+        if id(value) not in first:
+            first[id(value)] = key
+        elif key not in known and first[id(value)] not in known:
+            shared[key] = first[id(value)]
+    model.all_tied_weights_keys = {**tied, **shared}  # what from_pretrained ties
+    model._tied_weights_keys = {**dict(getattr(model, "_tied_weights_keys", None) or {}), **shared}  # what saving drops

@@ -28,3 +28,8 @@ def restore_sharing(model: nn.Module, adapter: ArchitectureAdapter, record: Any)
         _restore_config_groups(model, adapter, groups)
     else:
         _restore_slots(model, adapter, groups)
+
+
+def restore(model: nn.Module, adapter: ArchitectureAdapter, record: Any, source: str) -> None:
+    """The registry's entry point (``Method.restore``): rebuild this method's recorded structure."""
+    restore_sharing(model, adapter, record)

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from ... import steps
+from ..app import app
+from ..console import err, print_json
+from ..options import Json, Model, Output, Overwrite
+
+
+@app.command(
+    epilog="**Examples**\n\n"
+    "ghostify export runs/quick/06-final -o runs/quick/hf  (then AutoModelForSequenceClassification.from_pretrained(..., trust_remote_code=True))\n\n"
+    "ghostify export runs/quick/06-final -o runs/quick/onnx --format onnx --quantize int8\n\n"
+    "ghostify eval runs/quick/onnx/model_int8.onnx --task sst2 --dataset ../shared/data/glue",
+)
+def export(
+    model: Model,
+    output: Output,
+    format: Annotated[str, typer.Option("--format", help="hf: a transformers directory that loads without ghostify (trust_remote_code=True); onnx: an ONNX graph for ONNX Runtime.")] = "hf",
+    quantize: Annotated[Optional[str], typer.Option("--quantize", help="int8: also write model_int8.onnx, ONNX Runtime dynamic quantisation (with --format onnx).", show_default=False)] = None,
+    overwrite: Overwrite = False,
+    json_output: Json = False,
+) -> None:
+    """Write a compressed model so that it runs without ghostify, and check it.
+
+    **hf**: `config.json` maps the Auto classes to `modeling_ghostify.py`, which rebuilds the
+    recorded structure (heads, widths, ghosts, grouped and shared layers, factorised embeddings)
+    with ghostify's own code copied beside it (it needs torch and transformers only). A model that
+    a stock config describes (only a uniform FFN width changed) is written as a plain checkpoint.
+    A sentence-transformers model keeps its layout (pooling, normalisation). The export is loaded
+    in a fresh process where ghostify cannot be imported and compared with ghostify's loading.
+
+    **onnx**: dynamic batch and sequence axes; checked against PyTorch on batches of other sizes,
+    lengths and padding (fails above 1e-4). `--quantize int8` adds `model_int8.onnx`.
+    """
+    result = steps.export(model, output, format=format, quantize=quantize, overwrite=overwrite)
+    if json_output:
+        print_json(result)
+        return
+    if format == "hf":
+        kind = "a stock checkpoint (no custom code needed)" if result["stock"] else \
+            f"custom code for {', '.join(result['auto_classes'])}"
+        err.print(f"hf: {kind}; loaded without ghostify, largest difference {result['max_difference']:.1e}")
+        if result.get("sentence_transformers"):
+            err.print(f"sentence-transformers layout from {result['sentence_transformers']}")
+    else:
+        err.print(f"onnx: inputs {', '.join(result['inputs'])} -> {', '.join(result['outputs'])}; "
+                  f"largest difference from PyTorch {result['max_difference']:.1e}")
+        if result.get("int8_difference") is not None:
+            err.print(f"int8: largest difference from fp32 PyTorch {result['int8_difference']:.1e} (quantisation error)")
+    err.print(f"wrote {output}")

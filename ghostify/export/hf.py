@@ -1,0 +1,194 @@
+"""``ghostify export --format hf``: a checkpoint that loads with stock ``from_pretrained``.
+
+A stock transformers config cannot describe what ghostify changes (fewer heads at the same head
+size, uneven widths per layer, ghost modules, grouped or shared layers, factorised embeddings), so
+the exported directory carries its structure code: ``modeling_ghostify.py`` subclasses the
+checkpoint's own transformers classes, and each subclass rebuilds the recorded structure (the
+``ghostify`` entry of ``config.json``) right after the stock ``__init__``, before the weights
+load. The code it calls is the methods' own ``restore`` code, flattened beside it
+(:mod:`ghostify.export.code`); ``config.json``'s ``auto_map`` points the Auto classes at it, so
+``AutoModel....from_pretrained(OUT, trust_remote_code=True)`` works where ghostify is not installed.
+A model whose structure a stock config can state (an FFN width that is the same in every layer and
+nothing else) is written as a plain stock checkpoint instead, with no code at all.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import safetensors.torch
+from torch import nn
+
+from ..architectures import get_adapter
+from ..checkpoint import WEIGHTS_NAME, model_record
+from ..errors import GhostifyError
+from ..files import copy_tokenizer
+from ..methods import METHODS
+from ..record import RECORD_KEY
+from ..version import __version__
+from .code import closure, flat_name, write_flat
+
+MODELING = "modeling_ghostify"
+STRUCTURE = "ghostify_structure"
+#: the Auto classes an export maps: the bare encoder always (sentence-transformers loads it),
+#: and the one whose class the checkpoint was saved with
+AUTO_CLASSES = ("AutoModel", "AutoModelForSequenceClassification", "AutoModelForTokenClassification",
+                "AutoModelForQuestionAnswering", "AutoModelForMaskedLM", "AutoModelForMultipleChoice",
+                "AutoModelForPreTraining")
+#: the files of a sentence-transformers model besides the encoder's own
+SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+
+
+@dataclass
+class HFExport:
+    stock: bool  # True: a plain stock checkpoint, no code
+    auto_class: str  # the Auto class that builds the checkpoint's own class
+    classes: dict[str, str]  # Auto class -> class name in modeling_ghostify (empty when stock)
+    code_files: list[str]
+    sentence_transformers: str | None  # where the sentence-transformers layout came from
+
+
+def needs_code(model: nn.Module) -> bool:
+    """Whether a stock config cannot describe the model's structure."""
+    record = model_record(model)
+    adapter = get_adapter(model.config)
+    if any(getattr(record, m.record_key, None) for m in METHODS if m.tracked):
+        return True
+    full = list(range(adapter.num_heads(model.config)))
+    # all heads kept in another order is stock unless the family has per-head state outside the
+    # projections (a shared position bias), whose columns a stock model would not reorder
+    reordered = any(list(h) != full for h in record.heads)
+    return (any(sorted(h) != full for h in record.heads) or len(set(record.ffn)) > 1
+            or (reordered and adapter.position_bias_arg is not None))
+
+
+def auto_classes(model: nn.Module) -> dict[str, type]:
+    """Auto class name -> the transformers class it builds for this config (AutoModel and the
+    checkpoint's own class)."""
+    import transformers
+
+    out: dict[str, type] = {}
+    for auto_name in AUTO_CLASSES:
+        try:
+            cls = getattr(transformers, auto_name)._model_mapping[type(model.config)]
+        except KeyError:
+            continue
+        cls = cls[0] if isinstance(cls, (tuple, list)) else cls
+        if auto_name == "AutoModel" or cls is type(model):
+            out[auto_name] = cls
+    return out
+
+
+def write_hf(model: nn.Module, directory: Path, *, source: str | Path) -> HFExport:
+    """Write ``model`` (loaded by ghostify from ``source``) into ``directory`` for stock loading."""
+    record = model_record(model)
+    if record.references:
+        raise GhostifyError(f"{source} has RefBERT reference attention: its reference store (references.safetensors) "
+                            "is read by ghostify's loader, which a stock from_pretrained does not run; "
+                            "export the model distilled without --references")
+    config = copy.deepcopy(model.config)
+    stock = not needs_code(model)
+    classes: dict[str, str] = {}
+    code_files: list[str] = []
+    autos = auto_classes(model)
+    auto_class = next((auto for auto, cls in autos.items() if cls is type(model)), "AutoModel")
+    if stock:
+        adapter = get_adapter(config)
+        setattr(config, adapter.ffn_size_key, record.ffn[0])
+        if hasattr(config, RECORD_KEY):
+            delattr(config, RECORD_KEY)
+    else:
+        classes = {auto: f"Ghostify{cls.__name__}" for auto, cls in autos.items()}
+        code_files = write_code(directory, {cls.__name__: cls for cls in autos.values()})
+        config.auto_map = {auto: f"{MODELING}.{name}" for auto, name in classes.items()}
+    config.architectures = [type(model).__name__]
+    config.save_pretrained(directory)
+    # every tensor under every name: a stock loader knows nothing of ghostify's shared-layer aliases
+    state = {k: v.detach().cpu().clone().contiguous() for k, v in model.state_dict().items()}
+    safetensors.torch.save_file(state, str(directory / WEIGHTS_NAME), metadata={"format": "pt"})
+    copy_tokenizer(source, directory)
+    origin = sentence_transformers_source(Path(source), record)
+    if origin is not None:
+        copy_sentence_transformers(origin, directory)
+    return HFExport(stock=stock, auto_class=auto_class, classes=classes, code_files=code_files,
+                    sentence_transformers=str(origin) if origin else None)
+
+
+def write_code(directory: Path, classes: dict[str, type]) -> list[str]:
+    """The modeling file, the structure entry point and the flattened structure code."""
+    restores = [m.restore.__module__ for m in METHODS]
+    modules = closure([*restores, "ghostify.architectures", "ghostify.record", "ghostify.methods.sharing.modules"])
+    files = write_flat(modules, directory)
+    imports = "\n".join(f"from .{flat_name(module)} import restore as restore_{m.name}"
+                        for module, m in zip(restores, METHODS))
+    (directory / f"{STRUCTURE}.py").write_text(f'''"""Written by ghostify {__version__}: rebuild the structure recorded in config.json ("{RECORD_KEY}")
+on a freshly built model, method by method in ghostify's order, before its weights load."""
+
+from .{flat_name("ghostify.architectures")} import get_adapter
+from .{flat_name("ghostify.methods.sharing.modules")} import declare_shared_tensors
+from .{flat_name("ghostify.record")} import RECORD_KEY, GhostifyRecord
+{imports}
+
+RESTORES = ({", ".join(f"restore_{m.name}" for m in METHODS)},)
+
+
+def restore_structure(model):
+    config = model.config
+    record = GhostifyRecord.from_dict(getattr(config, RECORD_KEY), source="config.json")
+    adapter = get_adapter(config)
+    source = str(getattr(config, "_name_or_path", "") or ".")
+    for restore in RESTORES:
+        restore(model, adapter, record, source)
+    if record.sharing:  # save_pretrained writes a shared tensor once, as a tie
+        declare_shared_tensors(model)
+''', encoding="utf-8")
+    names = sorted(classes)
+    bodies = "\n\n".join(f'''class Ghostify{name}({name}):
+    def __init__(self, config, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        restore_structure(self)''' for name in names)
+    (directory / f"{MODELING}.py").write_text(f'''"""Written by ghostify {__version__} (`ghostify export --format hf`): the stock transformers classes
+of this checkpoint, given the structure recorded in config.json before their weights load.
+Needs torch and transformers only; the structure code is in the ghostify_*.py files beside it."""
+
+from transformers import {", ".join(names)}
+
+from .{STRUCTURE} import restore_structure
+
+
+{bodies}
+''', encoding="utf-8")
+    return sorted([*files, f"{STRUCTURE}.py", f"{MODELING}.py"])
+
+
+def sentence_transformers_source(source: Path, record: Any) -> Path | None:
+    """The sentence-transformers model a checkpoint came from: itself, or the first model of its
+    history (ghostify's commands write the encoder alone), if that is a local one."""
+    candidates = [source]
+    for entry in getattr(record, "history", []) or []:
+        model = (entry.get("arguments") or entry).get("model") if isinstance(entry, dict) else None
+        if model:
+            candidates.append(Path(str(model)))
+            break
+    return next((c for c in candidates if (c / "modules.json").is_file()), None)
+
+
+def copy_sentence_transformers(origin: Path, directory: Path) -> None:
+    """Copy the sentence-transformers layout of ``origin`` (its modules other than the encoder:
+    pooling, normalisation, dense layers) around the exported encoder."""
+    for name in SENTENCE_TRANSFORMERS_FILES:
+        if (origin / name).is_file():
+            shutil.copy2(origin / name, directory / name)
+    try:
+        modules = json.loads((origin / "modules.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise GhostifyError(f"cannot read {origin / 'modules.json'}: {exc}; fix or remove it") from None
+    for module in modules:
+        path = module.get("path", "") if isinstance(module, dict) else ""
+        if path and (origin / path).is_dir():
+            shutil.copytree(origin / path, directory / path, dirs_exist_ok=True)

@@ -1,0 +1,242 @@
+"""``ghostify export --format onnx [--quantize int8]``: the model as an ONNX graph for ONNX Runtime.
+
+Exported with torch's dynamo exporter (``torch.onnx.export(..., dynamo=True)``) and dynamic batch
+and sequence axes: the TorchScript exporter bakes the example's shapes into the graph, and
+Optimum's exporter does not support transformers 5. Inputs are ``input_ids``, ``attention_mask``
+and, where the model uses them, ``token_type_ids``; outputs are the head's (``logits``;
+``start_logits``/``end_logits``), or for an encoder without a head ``last_hidden_state`` and, when
+it is a sentence-transformers model, its pooled ``sentence_embedding``. Every export is checked
+against PyTorch on batches of other sizes, lengths and padding than the example it was traced on.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import GhostifyError
+
+ONNX_NAME = "model.onnx"
+INT8_NAME = "model_int8.onnx"
+#: the largest difference from PyTorch an fp32 export may show on the check batches
+TOLERANCE = 1e-4
+#: outputs of a model with a head, in the order they are exported
+HEAD_OUTPUTS = ("logits", "start_logits", "end_logits")
+EXTRA = "pip install 'ghostify[export]'"
+
+
+def require_onnx() -> None:
+    """Refuse early, in one line, when the export extra is missing."""
+    missing = [name for name in ("onnx", "onnxruntime", "onnxscript") if not _importable(name)]
+    if missing:
+        raise GhostifyError(f"ONNX export needs {', '.join(missing)}, which are not installed; run {EXTRA}")
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def input_names(model: nn.Module) -> list[str]:
+    """The inputs the graph takes: token type ids only where the model has more than one type."""
+    accepted = inspect.signature(model.forward).parameters
+    names = ["input_ids", "attention_mask"]
+    if "token_type_ids" in accepted and int(getattr(model.config, "type_vocab_size", 0) or 0) > 1:
+        names.append("token_type_ids")
+    return names
+
+
+@dataclass
+class Pooling:
+    """A sentence-transformers pooling module (``1_Pooling/config.json``) and normalisation."""
+
+    mode: str  # mean, cls, max
+    normalize: bool
+
+    @classmethod
+    def read(cls, directory: Path) -> "Pooling | None":
+        try:
+            modules = json.loads((directory / "modules.json").read_text())
+        except (OSError, ValueError):
+            return None
+        mode, normalize = None, False
+        for module in modules:
+            kind = str(module.get("type", ""))
+            if kind.endswith("Pooling"):
+                config = json.loads((directory / module["path"] / "config.json").read_text())
+                mode = next((m for m, key in (("cls", "pooling_mode_cls_token"), ("max", "pooling_mode_max_tokens"),
+                                               ("mean", "pooling_mode_mean_tokens")) if config.get(key)), None)
+                if mode is None:
+                    raise GhostifyError(f"{directory / module['path'] / 'config.json'}: a pooling mode other than "
+                                        "mean, cls or max; export --format hf keeps it")
+            elif kind.endswith("Normalize"):
+                normalize = True
+            elif kind and not kind.endswith("Transformer"):
+                raise GhostifyError(f"{directory / 'modules.json'} has a {kind} module, which the ONNX graph does not "
+                                    "include; export --format hf keeps the whole sentence-transformers model")
+        return cls(mode, normalize) if mode else None
+
+    def __call__(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.mode == "cls":
+            pooled = hidden[:, 0]
+        elif self.mode == "max":
+            pooled = hidden.masked_fill(mask[..., None] == 0, torch.finfo(hidden.dtype).min).amax(1)
+        else:
+            weights = mask[..., None].to(hidden.dtype)
+            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+        return nn.functional.normalize(pooled, dim=-1) if self.normalize else pooled
+
+
+class _Graph(nn.Module):
+    """The model with named tensor inputs and a tuple of tensor outputs."""
+
+    def __init__(self, model: nn.Module, inputs: list[str], pooling: Pooling | None):
+        super().__init__()
+        self.model, self.inputs, self.pooling = model, inputs, pooling
+        self.outputs: list[str] = []
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            batch["token_type_ids"] = token_type_ids
+        out = self.model(**batch)
+        heads = [name for name in HEAD_OUTPUTS if getattr(out, name, None) is not None]
+        if heads:
+            self.outputs = heads
+            return tuple(getattr(out, name) for name in heads)
+        hidden = out.last_hidden_state
+        if self.pooling is None:
+            self.outputs = ["last_hidden_state"]
+            return (hidden,)
+        self.outputs = ["last_hidden_state", "sentence_embedding"]
+        return hidden, self.pooling(hidden, batch["attention_mask"])
+
+
+def example_batch(model: nn.Module, inputs: list[str], batch: int, length: int, *, seed: int,
+                  padded: bool = True) -> dict[str, torch.Tensor]:
+    """Random token ids (no special meaning needed) with rows of different lengths."""
+    generator = torch.Generator().manual_seed(seed)
+    vocab = int(model.config.vocab_size)
+    ids = torch.randint(5, vocab, (batch, length), generator=generator)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    if padded:
+        for row in range(1, batch):
+            mask[row, max(1, length - 2 * row):] = 0
+    out = {"input_ids": ids, "attention_mask": mask}
+    if "token_type_ids" in inputs:
+        types = torch.zeros(batch, length, dtype=torch.long)
+        types[:, length // 2:] = 1
+        out["token_type_ids"] = types
+    return out
+
+
+@dataclass
+class OnnxExport:
+    inputs: list[str]
+    outputs: list[str]
+    max_difference: float  # fp32 graph vs PyTorch, over the check batches
+    int8_difference: float | None = None  # int8 graph vs PyTorch (information: quantisation error)
+    files: list[str] = field(default_factory=list)
+
+
+def write_onnx(model: nn.Module, directory: Path, *, pooling: Pooling | None, quantize: str | None) -> OnnxExport:
+    """Export ``model`` to ``directory/model.onnx`` (and ``model_int8.onnx``), checked."""
+    require_onnx()
+    inputs = input_names(model)
+    graph = _Graph(model.eval(), inputs, pooling).eval()
+    example = example_batch(model, inputs, 2, 8, seed=0)
+    batch_dim, sequence_dim = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    dynamic = {name: {0: batch_dim, 1: sequence_dim} for name in inputs}
+    with torch.no_grad():
+        graph(*example.values())  # names the outputs
+    path = directory / ONNX_NAME
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        try:
+            torch.onnx.export(graph, tuple(example.values()), str(path), dynamo=True, dynamic_shapes=dynamic,
+                              input_names=inputs, output_names=list(graph.outputs), verbose=False,
+                              # one file, as ONNX Runtime's quantiser expects, unless protobuf's 2 GB limit forbids
+                              external_data=_bytes(model) > 1_800_000_000)
+        except Exception as exc:  # the exporter's errors are pages long; the first line says what failed
+            raise GhostifyError(f"torch.onnx.export failed for this model: {_summary(exc)}; "
+                                "set GHOSTIFY_DEBUG=1 for the exporter's full report") from exc
+    result = OnnxExport(inputs=inputs, outputs=list(graph.outputs), max_difference=0.0, files=[ONNX_NAME])
+    result.max_difference = compare(graph, path, inputs)
+    if result.max_difference > TOLERANCE:
+        raise GhostifyError(f"the ONNX graph differs from PyTorch by {result.max_difference:.2e} (more than {TOLERANCE:g}) "
+                            "on batches of other shapes than the export example; please report this model")
+    if quantize == "int8":
+        quantize_int8(path, directory / INT8_NAME)
+        result.int8_difference = compare(graph, directory / INT8_NAME, inputs)
+        result.files.append(INT8_NAME)
+    return result
+
+
+def _bytes(model: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def check_batches(model: nn.Module, inputs: list[str]) -> list[dict[str, torch.Tensor]]:
+    """Batches whose size, length and padding differ from the export example (2 x 8, padded)."""
+    return [example_batch(model, inputs, 3, 13, seed=1), example_batch(model, inputs, 1, 5, seed=2, padded=False),
+            example_batch(model, inputs, 5, 21, seed=3)]
+
+
+@torch.no_grad()
+def compare(graph: _Graph, path: Path, inputs: list[str]) -> float:
+    """The largest absolute difference between ONNX Runtime and PyTorch over the check batches."""
+    session = session_for(path)
+    worst = 0.0
+    for batch in check_batches(graph.model, inputs):
+        expected = graph(*batch.values())
+        got = session.run(None, {k: v.numpy() for k, v in batch.items()})
+        for e, g in zip(expected, got, strict=True):
+            worst = max(worst, float((torch.from_numpy(g) - e).abs().max()))
+    return worst
+
+
+def session_for(path: Path, *, threads: int | None = None) -> Any:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def quantize_int8(source: Path, target: Path) -> None:
+    """ONNX Runtime dynamic quantisation (int8 weights, activations quantised at run time), after
+    the pre-processing ONNX Runtime recommends (symbolic shape inference and graph optimisation)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    prepared = target.with_name(target.stem + ".prep.onnx")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # ONNX shape inference and graph optimisation; the symbolic shape inference cannot follow
+            # the dynamo exporter's symbolic dimensions and adds nothing for dynamic quantisation
+            quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+            quantize_dynamic(str(prepared), str(target), weight_type=QuantType.QInt8)
+    except Exception as exc:  # ONNX Runtime's tools raise anything; say where it happened
+        raise GhostifyError(f"ONNX Runtime int8 quantisation failed: {_summary(exc)}; the fp32 export is fine "
+                            "(drop --quantize)") from exc
+    finally:
+        prepared.unlink(missing_ok=True)
+
+
+def _summary(exc: BaseException) -> str:
+    """The line of the exporter's report that says what failed."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    after = next((i for i, line in enumerate(lines) if "Exception summary" in line), None)
+    return (lines[after + 1] if after is not None and after + 1 < len(lines) else lines[0] if lines else type(exc).__name__)[:300]
