@@ -1,11 +1,17 @@
-"""Option aliases shared by the commands: one name per setting across CLI, YAML and Python."""
+"""Option aliases shared by the commands: one name per setting across CLI, YAML and Python.
+
+Commands take the settings dataclasses as parameters (``training: TrainSettings``); the decorator
+in ``ghostify.cli.settings_options`` turns each field into the option declared here, with the
+field's default."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
+
 
 Model = Annotated[str, typer.Argument(help="Checkpoint: a local directory (ghostify or transformers) or a hub id.", show_default=False)]
 Output = Annotated[Path, typer.Option("--output", "-o", help="Checkpoint directory to write (must not exist unless --overwrite).", show_default=False)]
@@ -27,7 +33,8 @@ def split_columns(text: str | None) -> tuple[str, ...] | None:
     columns = tuple(c.strip() for c in text.split(",") if c.strip())
     return columns or None
 
-# ---- data and training (finetune, distill, eval, augment) -----------------------------------
+
+# ---- settings: one option per field of ghostify.settings, its default taken from the field ----------
 MaxSamples = Annotated[Optional[int], typer.Option("--max-samples", min=1, help="Use a seeded random subset of this many training examples.", show_default=False)]
 Epochs = Annotated[int, typer.Option("--epochs", min=1, help="Passes over the training data.")]
 LearningRate = Annotated[float, typer.Option("--learning-rate", help="Peak learning rate (AdamW, linear decay).")]
@@ -40,6 +47,36 @@ CheckpointSteps = Annotated[int, typer.Option("--checkpoint-steps", min=1, help=
 Resume = Annotated[bool, typer.Option("--resume", help="Continue an interrupted run from OUT.partial/.")]
 Train = Annotated[str, typer.Option("--train", help="all, or ghost-only (train only the ghost modules).")]
 Temperature = Annotated[float, typer.Option("--temperature", help="Softmax temperature of the teacher's soft targets.")]
+TeacherWeight = Annotated[float, typer.Option("--teacher-weight", help="Weight w of the teacher's soft cross-entropy; the labels get 1 - w.")]
 Dropout = Annotated[Optional[float], typer.Option("--dropout", help="Dropout on hidden states and the task head (default: the model's; ALBERT found 0 works better).", show_default=False)]
 AttentionDropout = Annotated[Optional[float], typer.Option("--attention-dropout", help="Dropout on attention probabilities (default: the model's).", show_default=False)]
 GlobalBatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Examples per optimizer step, over all processes.")]
+
+
+def _weight(flag: str, what: str) -> Any:
+    return Annotated[float, typer.Option(flag, min=0.0, help=f"Weight of {what}.")]
+
+
+#: the option of every field of the settings dataclasses (ghostify.settings), by field name
+SETTING_OPTIONS: dict[str, Any] = {
+    # DataSettings
+    "task": Task, "dataset": Dataset, "text_columns": TextColumns, "label_column": LabelColumn, "metric": Metric,
+    "max_length": MaxLength, "max_samples": MaxSamples,
+    # TrainSettings
+    "epochs": Epochs, "batch_size": GlobalBatchSize, "learning_rate": LearningRate, "weight_decay": WeightDecay,
+    "warmup_ratio": WarmupRatio, "max_grad_norm": MaxGradNorm, "gradient_accumulation_steps": GradientAccumulation,
+    "mixed_precision": MixedPrecision, "seed": Seed, "checkpoint_steps": CheckpointSteps,
+    # StudentSettings
+    "train": Train, "dropout": Dropout, "attention_dropout": AttentionDropout,
+    # FinetuneWeights
+    "teacher_weight": TeacherWeight, "temperature": Temperature,
+    # DistillWeights (and its temperature)
+    "emb_weight": _weight("--emb-weight", "the embedding-output MSE"),
+    "mha_weight": _weight("--mha-weight", "the MSE after every attention block"),
+    "ffn_weight": _weight("--ffn-weight", "the MSE after every FFN block"),
+    "attention_weight": _weight("--attention-weight", "TinyBERT's attention-score MSE (pre-softmax, padding masked)"),
+    "logit_weight": _weight("--logit-weight", "the prediction-layer soft cross-entropy (MSE for regression)"),
+    "sop_weight": _weight("--sop-weight", "ALBERT's sentence-order prediction on sentence pairs or multi-sentence texts (swapped-order negatives)"),
+}
+#: how a flag's text becomes the field's value, where they differ
+CONVERTERS: dict[str, Callable[[Any], Any]] = {"text_columns": split_columns}
