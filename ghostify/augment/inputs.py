@@ -8,7 +8,8 @@ from ..checkpoint import load_config
 from ..errors import CheckpointError, GhostifyError
 from ..files import TOKENIZER_FILES
 from ..heads import MASKED_LM, architectures, has_head
-from ..tokenization import load_tokenizer
+from ..settings import DataSettings
+from ..tokenization import check_max_length, load_tokenizer
 
 
 def check_settings(per_example, replace_prob, top_k, max_length, batch_size, max_samples) -> None:
@@ -18,12 +19,10 @@ def check_settings(per_example, replace_prob, top_k, max_length, batch_size, max
         raise GhostifyError(f"--replace-prob {replace_prob} is outside (0, 1]; TinyBERT uses 0.4")
     if top_k < 1:
         raise GhostifyError(f"--top-k {top_k} leaves no candidates; use 1 or more (TinyBERT: 15)")
-    if max_length < 8:
-        raise GhostifyError(f"--max-length {max_length} is too short; use 8 or more")
+    check_max_length(max_length)  # the models' own limits are checked once they are known
     if batch_size < 1:
         raise GhostifyError(f"--batch-size {batch_size} must be at least 1")
-    if max_samples is not None and max_samples < 1:
-        raise GhostifyError(f"--max-samples {max_samples} must be at least 1")
+    DataSettings(max_samples=max_samples).validate()
 
 
 def require_masked_lm(mlm) -> None:

@@ -20,7 +20,7 @@ from ..settings_options import settings_options
     "ghostify eval out/final --task mnli --split validation_mismatched --json\n\n"
     "ghostify eval ./model --dataset ../shared/data/glue --task stsb --json | jq .metrics.spearman",
 )
-@settings_options
+@settings_options(after={"split": "dataset"})  # where --split has always been listed
 def evaluate(
     model: Model,
     *,
