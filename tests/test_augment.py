@@ -14,7 +14,6 @@ from ghostify.augment import (
     STOP_WORDS,
     CandidateProposer,
     Slot,
-    _GatherMasked,
     candidate_vocabulary,
     default_per_example,
     example_rng,
@@ -22,8 +21,9 @@ from ghostify.augment import (
     match_case,
     sample_variants,
 )
+from ghostify.augment.proposer import _GatherMasked
 from ghostify.data import load_split, resolve_task
-from ghostify.steps.augment import augment
+from ghostify.steps import augment
 from ghostify.testing import tiny_model
 
 from .conftest import run_cli

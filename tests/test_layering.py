@@ -1,8 +1,9 @@
 """The import layering of ghostify, lowest first:
 
-    errors (and helpers that import nothing else of ghostify) → architectures (facts about
-    families) → method structure code (the methods' modules, and the registry through which a
-    checkpoint rebuilds them) → checkpoint → training / data → steps → recipe / cli
+    errors (and helpers that import nothing else of ghostify: files, the settings dataclasses and
+    their flattening, heads, device) → architectures (facts about families) → method structure code
+    (the methods' modules, and the registry through which a checkpoint rebuilds them) → checkpoint
+    (and tokenization, which reads configs) → training / data / augment → steps → recipe / cli
 
 A module imports only from its own layer or lower ones, and no chain of imports leads back to
 where it started. Imports inside functions count too: they run as well, only later, so one that
@@ -26,11 +27,12 @@ PACKAGE = Path(find_spec(ROOT).origin).parent  # without importing it
 #: A module listed nowhere sits on the highest layer it imports from (so it may import what it
 #: likes, and it is the modules below that may not import it).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("errors", ("ghostify.errors", "ghostify.version", "ghostify.console", "ghostify.units", "ghostify.files")),
+    ("errors", ("ghostify.errors", "ghostify.version", "ghostify.console", "ghostify.units", "ghostify.files",
+                "ghostify.settings", "ghostify.flatten", "ghostify.heads", "ghostify.device")),
     ("architectures", ("ghostify.architectures",)),
     ("structure", ("ghostify.record", "ghostify.seeding", "ghostify.flops", "ghostify.attention", "ghostify.methods")),
-    ("checkpoint", ("ghostify.checkpoint",)),
-    ("training", ("ghostify.training", "ghostify.data", "ghostify.augment", "ghostify.testing")),
+    ("checkpoint", ("ghostify.checkpoint", "ghostify.tokenization")),
+    ("training", ("ghostify.training", "ghostify.data", "ghostify.augment", "ghostify.testing", "ghostify.export")),
     ("steps", ("ghostify.steps",)),
     ("interface", ("ghostify.recipe", "ghostify.cli", "ghostify.__main__")),
 )

@@ -1,9 +1,14 @@
-"""Option aliases shared by the commands: one name per setting across CLI, YAML and Python."""
+"""Option aliases shared by the commands: one name per setting across CLI, YAML and Python.
+
+Commands take the settings dataclasses as parameters (``training: TrainSettings``); the decorator
+in ``ghostify.cli.settings_options`` turns each field into the option declared here, with the
+field's default."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -11,10 +16,10 @@ Model = Annotated[str, typer.Argument(help="Checkpoint: a local directory (ghost
 Output = Annotated[Path, typer.Option("--output", "-o", help="Checkpoint directory to write (must not exist unless --overwrite).", show_default=False)]
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace an existing output directory.")]
 Dataset = Annotated[str, typer.Option("--dataset", help="Dataset hub id or local directory (nyu-mll/glue layout).")]
-Task = Annotated[Optional[str], typer.Option("--task", help="Task preset: sst2, mrpc, rte, stsb, cola, qnli, qqp, mnli, wnli.", show_default=False)]
-TextColumns = Annotated[Optional[str], typer.Option("--text-columns", help="Comma-separated text column(s), for datasets without a preset.", show_default=False)]
-LabelColumn = Annotated[Optional[str], typer.Option("--label-column", help="Label column, for datasets without a preset.", show_default=False)]
-Metric = Annotated[Optional[str], typer.Option("--metric", help="accuracy, f1_accuracy, matthews or pearson_spearman (default: the task's; for other datasets accuracy, or Pearson/Spearman for regression).", show_default=False)]
+Task = Annotated[str | None, typer.Option("--task", help="Task preset: sst2, mrpc, rte, stsb, cola, qnli, qqp, mnli, wnli.", show_default=False)]
+TextColumns = Annotated[str | None, typer.Option("--text-columns", help="Comma-separated text column(s), for datasets without a preset.", show_default=False)]
+LabelColumn = Annotated[str | None, typer.Option("--label-column", help="Label column, for datasets without a preset.", show_default=False)]
+Metric = Annotated[str | None, typer.Option("--metric", help="accuracy, f1_accuracy, matthews or pearson_spearman (default: the task's; for other datasets accuracy, or Pearson/Spearman for regression).", show_default=False)]
 MaxLength = Annotated[int, typer.Option("--max-length", min=8, help="Truncate inputs to this many tokens.")]
 BatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Examples per batch.")]
 Seed = Annotated[int, typer.Option("--seed", help="Random seed of everything the command draws: sample selection, new heads and modules, data order, dropout.")]
@@ -27,8 +32,9 @@ def split_columns(text: str | None) -> tuple[str, ...] | None:
     columns = tuple(c.strip() for c in text.split(",") if c.strip())
     return columns or None
 
-# ---- data and training (finetune, distill, eval, augment) -----------------------------------
-MaxSamples = Annotated[Optional[int], typer.Option("--max-samples", min=1, help="Use a seeded random subset of this many training examples.", show_default=False)]
+
+# ---- settings: one option per field of ghostify.settings, its default taken from the field ----------
+MaxSamples = Annotated[int | None, typer.Option("--max-samples", min=1, help="Use a seeded random subset of this many training examples.", show_default=False)]
 Epochs = Annotated[int, typer.Option("--epochs", min=1, help="Passes over the training data.")]
 LearningRate = Annotated[float, typer.Option("--learning-rate", help="Peak learning rate (AdamW, linear decay).")]
 WeightDecay = Annotated[float, typer.Option("--weight-decay", help="AdamW weight decay.")]
@@ -40,6 +46,36 @@ CheckpointSteps = Annotated[int, typer.Option("--checkpoint-steps", min=1, help=
 Resume = Annotated[bool, typer.Option("--resume", help="Continue an interrupted run from OUT.partial/.")]
 Train = Annotated[str, typer.Option("--train", help="all, or ghost-only (train only the ghost modules).")]
 Temperature = Annotated[float, typer.Option("--temperature", help="Softmax temperature of the teacher's soft targets.")]
-Dropout = Annotated[Optional[float], typer.Option("--dropout", help="Dropout on hidden states and the task head (default: the model's; ALBERT found 0 works better).", show_default=False)]
-AttentionDropout = Annotated[Optional[float], typer.Option("--attention-dropout", help="Dropout on attention probabilities (default: the model's).", show_default=False)]
+TeacherWeight = Annotated[float, typer.Option("--teacher-weight", help="Weight w of the teacher's soft cross-entropy; the labels get 1 - w.")]
+Dropout = Annotated[float | None, typer.Option("--dropout", help="Dropout on hidden states and the task head (default: the model's; ALBERT found 0 works better).", show_default=False)]
+AttentionDropout = Annotated[float | None, typer.Option("--attention-dropout", help="Dropout on attention probabilities (default: the model's).", show_default=False)]
 GlobalBatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Examples per optimizer step, over all processes.")]
+
+
+def _weight(flag: str, what: str) -> Any:
+    return Annotated[float, typer.Option(flag, min=0.0, help=f"Weight of {what}.")]
+
+
+#: the option of every field of the settings dataclasses (ghostify.settings), by field name
+SETTING_OPTIONS: dict[str, Any] = {
+    # DataSettings
+    "task": Task, "dataset": Dataset, "text_columns": TextColumns, "label_column": LabelColumn, "metric": Metric,
+    "max_length": MaxLength, "max_samples": MaxSamples,
+    # TrainSettings
+    "epochs": Epochs, "batch_size": GlobalBatchSize, "learning_rate": LearningRate, "weight_decay": WeightDecay,
+    "warmup_ratio": WarmupRatio, "max_grad_norm": MaxGradNorm, "gradient_accumulation_steps": GradientAccumulation,
+    "mixed_precision": MixedPrecision, "seed": Seed, "checkpoint_steps": CheckpointSteps,
+    # StudentSettings
+    "train": Train, "dropout": Dropout, "attention_dropout": AttentionDropout,
+    # FinetuneWeights
+    "teacher_weight": TeacherWeight, "temperature": Temperature,
+    # DistillWeights (and its temperature)
+    "emb_weight": _weight("--emb-weight", "the embedding-output MSE"),
+    "mha_weight": _weight("--mha-weight", "the MSE after every attention block"),
+    "ffn_weight": _weight("--ffn-weight", "the MSE after every FFN block"),
+    "attention_weight": _weight("--attention-weight", "TinyBERT's attention-score MSE (pre-softmax, padding masked)"),
+    "logit_weight": _weight("--logit-weight", "the prediction-layer soft cross-entropy (MSE for regression)"),
+    "sop_weight": _weight("--sop-weight", "ALBERT's sentence-order prediction on sentence pairs or multi-sentence texts (swapped-order negatives)"),
+}
+#: how a flag's text becomes the field's value, where they differ
+CONVERTERS: dict[str, Callable[[Any], Any]] = {"text_columns": split_columns}

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from ..errors import DataError
 
-DEFAULT_DATASET = "nyu-mll/glue"
 #: metric names for --metric (see ghostify.training.metrics)
 METRIC_NAMES = ("accuracy", "f1_accuracy", "matthews", "pearson_spearman")
 

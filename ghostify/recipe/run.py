@@ -22,6 +22,7 @@ import yaml
 from ..checkpoint import _auto_class, load_config
 from ..errors import GhostifyError
 from ..files import atomic_directory, check_disjoint, write_text_atomically
+from ..flatten import pack
 from ..steps import attach_ghost, info, prune
 from ..training.loop import partial_dir
 from .overrides import apply_overrides
@@ -200,16 +201,18 @@ def check_outputs(recipe: Recipe, run_dir: Path, stages: list[PlannedStage]) -> 
 
 
 def _execute(planned: PlannedStage) -> None:
+    """Run one stage: its flat settings (``learning_rate: ...``) become the step's settings
+    dataclasses (``training=TrainSettings(...)``)."""
     command = planned.stage.command
     kwargs = dict(planned.arguments)
     if command.produces == "metrics":
-        result = command.function(**kwargs)
+        result = command.function(**pack(command.function, kwargs))
         with atomic_directory(planned.directory, overwrite=True) as tmp:
             (tmp / "eval.json").write_text(json.dumps(result, indent=2))
         return
     if command.trains:
         kwargs["resume"] = True  # continue an interrupted stage from OUT.partial
-    command.function(**kwargs, output=planned.directory, overwrite=True)
+    command.function(**pack(command.function, {**kwargs, "output": planned.directory, "overwrite": True}))
 
 
 def dry_run(recipe: Recipe, run_dir: str | Path) -> list[dict[str, Any]]:

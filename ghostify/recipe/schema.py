@@ -3,16 +3,18 @@
 A recipe names a ``model``, an optional ``teacher``, shared ``data`` settings, ``vars`` (values that
 ``${name}`` substitutes anywhere) and an ordered list of ``stages``. Each stage is one command with
 exactly the keys of that command's options, plus ``output`` (the stage's name, used for its directory
-and for ``${name}`` references by later stages) and ``seed``.
+and for ``${name}`` references by later stages) and ``seed``. The keys are generated from the step
+functions' signatures, a settings dataclass (``data: DataSettings``) contributing its fields as flat
+keys (``max_length``), so a recipe names every option as the CLI flag does.
 """
 
 from __future__ import annotations
 
 import difflib
-import inspect
 import json
 import os
 import re
+import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,13 +26,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from .. import steps
 from ..errors import GhostifyError
+from ..flatten import EMPTY, flat_parameters
 from ..methods import METHODS, order_problem, stage_methods
+from ..settings import DataSettings
 from .yaml_source import Location, RecipeSource
 
 REFERENCE = re.compile(r"\$\{([A-Za-z0-9_.\-]+)\}")
 #: step-function parameters a recipe does not set (the runner does)
 INTERNAL = {"output", "overwrite", "resume", "progress", "on_step"}
-#: settings of ``data:`` that every stage accepting them inherits
+#: settings of ``data:`` that every stage accepting them inherits (not ``max_samples``: stages subsample
+#: differently, e.g. augment a few examples and distill on all of their versions)
 DATA_KEYS = ("dataset", "task", "text_columns", "label_column", "metric", "max_length")
 
 
@@ -66,14 +71,23 @@ class RecipeError(GhostifyError):
         super().__init__("\n".join(problems))
 
 
-class DataSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    dataset: Optional[str] = None
-    task: Optional[str] = None
-    text_columns: Optional[list[str]] = None
-    label_column: Optional[str] = None
-    metric: Optional[str] = None
-    max_length: Optional[int] = None
+def _data_model() -> type[BaseModel]:
+    """``data:``: the ``DATA_KEYS`` fields of :class:`ghostify.settings.DataSettings`, each optional."""
+    hints = typing.get_type_hints(DataSettings)
+    fields: dict[str, Any] = {name: (Optional[_as_list(hints[name])], None) for name in DATA_KEYS}
+    return create_model("DataHeader", __config__=ConfigDict(extra="forbid"), **fields)
+
+
+def _as_list(annotation: Any) -> Any:
+    """``tuple[X, ...]`` (or optional) as ``list[X]``: what YAML gives and later stages substitute into."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return typing.Union[tuple(_as_list(a) for a in typing.get_args(annotation))]
+    if typing.get_origin(annotation) is tuple:
+        return list[typing.get_args(annotation)[0]]
+    return annotation
+
+
+DataHeader = _data_model()
 
 
 class RecipeHeader(BaseModel):
@@ -81,7 +95,7 @@ class RecipeHeader(BaseModel):
     description: Optional[str] = None
     model: str
     teacher: Optional[str] = None
-    data: DataSettings = Field(default_factory=DataSettings)
+    data: DataHeader = Field(default_factory=DataHeader)
     vars: dict[str, Any] = Field(default_factory=dict)
     seed: int = 0
     stages: list[Any] = Field(min_length=1)
@@ -92,21 +106,21 @@ def _plain_type(annotation: Any) -> Any:
     if annotation is os.PathLike or annotation is typing.Any:
         return str if annotation is os.PathLike else Any
     origin = typing.get_origin(annotation)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         args = tuple(dict.fromkeys(_plain_type(a) for a in typing.get_args(annotation)))
         return typing.Union[args] if len(args) > 1 else args[0]
     return annotation
 
 
 def _stage_model(command: Command) -> type[BaseModel]:
-    hints = typing.get_type_hints(command.function)
     fields: dict[str, Any] = {"output": (Optional[str], None), "seed": (Optional[int], None)}
-    for name, parameter in inspect.signature(command.function).parameters.items():
+    for parameter in flat_parameters(command.function):
+        name = parameter.name
         if name in INTERNAL or name in fields:
             continue
-        annotation = _plain_type(hints.get(name, Any))
-        required = parameter.default is inspect.Parameter.empty and name != command.input and name != "teacher"
-        default = ... if required else (None if parameter.default is inspect.Parameter.empty else parameter.default)
+        annotation = _plain_type(parameter.annotation)
+        required = parameter.default is EMPTY and name != command.input and name != "teacher"
+        default = ... if required else (None if parameter.default is EMPTY else parameter.default)
         if not required and default is None:
             annotation = Optional[annotation]
         fields[name] = (annotation, default)
@@ -123,7 +137,7 @@ def stage_keys(command: str) -> list[str]:
 def accepts(command: str, key: str) -> bool:
     """Whether the command's function takes ``key`` (every stage may say ``seed``; only commands
     with randomness use it)."""
-    return key in inspect.signature(COMMANDS[command].function).parameters and key not in INTERNAL
+    return key not in INTERNAL and any(p.name == key for p in flat_parameters(COMMANDS[command].function))
 
 
 @dataclass

@@ -1,7 +1,8 @@
-"""One function per command: what the CLI and recipes call, with the options as arguments."""
+"""One function per command: what the CLI and recipes call, with the options as arguments (the
+shared ones as settings dataclasses, ``ghostify.settings``, or as flat keywords)."""
 
+from ..augment import augment
 from .attach_ghost import attach_ghost
-from .augment import augment
 from .distill import distill
 from .evaluate import evaluate
 from .export import export

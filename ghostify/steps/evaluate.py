@@ -6,53 +6,53 @@ import os
 from typing import Any
 
 from ..checkpoint import load_config
-from ..data import DEFAULT_DATASET, load_split, padding_collator, resolve_task, tokenize
+from ..data import load_split, padding_collator, resolve_task, tokenize
 from ..errors import GhostifyError
 from ..export.runtime import OnnxModel, onnx_path
+from ..flatten import flat_settings
+from ..settings import DataSettings
 from ..training.loop import evaluate as evaluate_loader
 from ..training.loop import multi_process_on_cpu
 from .common import check_max_length, check_positive, load_tokenizer
-from .training_common import _with_inferred_labels, load_classifier
+from .training_common import load_classifier, with_inferred_labels
+
+BATCH_SIZE = 64  # evaluation keeps no gradients: larger batches than training's fit
 
 
+@flat_settings
 def evaluate(
     model: str | os.PathLike,
     *,
-    task: str | None = None,
-    dataset: str = DEFAULT_DATASET,
+    data: DataSettings = DataSettings(),
     split: str | None = None,
-    text_columns: tuple[str, ...] | None = None,
-    label_column: str | None = None,
-    metric: str | None = None,
-    max_length: int = 128,
-    max_samples: int | None = None,
-    batch_size: int = 64,
+    batch_size: int = BATCH_SIZE,
 ) -> dict[str, Any]:
     """``{"task": ..., "split": ..., "metrics": {...}, "samples": n}`` for ``model`` on ``split``
-    (default: the task's validation split).
+    (default: the task's validation split) of ``data`` (or its fields as flat keywords).
 
     Example:
-        >>> evaluate("out/tuned", task="sst2")["metrics"]["accuracy"]  # doctest: +SKIP
+        >>> evaluate("out/tuned", data=DataSettings(task="sst2"))["metrics"]["accuracy"]  # doctest: +SKIP
     """
     from accelerate import Accelerator
     from torch.utils.data import DataLoader
 
-    check_positive(max_samples=max_samples, batch_size=batch_size)
+    data.validate()
+    check_positive(batch_size=batch_size)
     graph = onnx_path(model)  # an export of `ghostify export --format onnx`: run in ONNX Runtime
     directory = graph.parent if graph is not None else model
-    check_max_length(max_length, directory)
-    preset = resolve_task(task, text_columns=text_columns, label_column=label_column, metric=metric)
+    check_max_length(data.max_length, directory)
+    preset = resolve_task(data.task, text_columns=data.text_columns, label_column=data.label_column, metric=data.metric)
     split = split or preset.validation_split
-    data = load_split(dataset, preset, split, max_samples=max_samples)
+    rows = load_split(data.dataset, preset, split, max_samples=data.max_samples)
     if not preset.num_labels:
-        preset = _with_inferred_labels(preset, data)
-        data.task = preset
+        preset = with_inferred_labels(preset, rows)
+        rows.task = preset
     tokenizer = load_tokenizer(directory)
     net = load_onnx_classifier(graph, preset) if graph is not None else \
         load_classifier(model, preset, role="model", need_trained_head=True)
     accelerator = Accelerator(cpu=multi_process_on_cpu())
     try:
-        loader = DataLoader(tokenize(data, tokenizer, max_length=max_length), batch_size=batch_size,
+        loader = DataLoader(tokenize(rows, tokenizer, max_length=data.max_length), batch_size=batch_size,
                             collate_fn=padding_collator(tokenizer))
         if graph is None:
             net, loader = accelerator.prepare(net, loader)
@@ -62,7 +62,7 @@ def evaluate(
     finally:
         accelerator.end_training()
     samples = metrics.pop("samples", 0)
-    return {"task": preset.name, "dataset": str(dataset), "split": split, "metrics": metrics, "samples": samples}
+    return {"task": preset.name, "dataset": str(data.dataset), "split": split, "metrics": metrics, "samples": samples}
 
 
 def load_onnx_classifier(graph, preset) -> OnnxModel:

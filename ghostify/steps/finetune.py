@@ -3,102 +3,73 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..data import DEFAULT_DATASET
-from ..errors import GhostifyError
 from ..files import check_disjoint, check_output_dir
+from ..flatten import flat_settings
 from ..seeding import seed_everything
-from ..training.loop import TrainResult, TrainSettings, partial_dir
+from ..settings import DataSettings, FinetuneWeights, StudentSettings, TrainSettings
+from ..training.loop import TrainResult, partial_dir
 from ..training.loop import train as run_training
 from ..training.objectives import FinetuneObjective
 from .common import check_max_length, check_same_tokenizer
-from .training_common import check_dropout, check_optimizer, load_classifier, set_trainable, student_saver, task_inputs
+from .training_common import load_classifier, plain_arguments, set_trainable, student_saver, task_inputs
 
 
+@flat_settings
 def finetune(
     model: str | os.PathLike,
     output: str | os.PathLike,
     *,
-    task: str | None = None,
-    dataset: str = DEFAULT_DATASET,
-    text_columns: tuple[str, ...] | None = None,
-    label_column: str | None = None,
-    metric: str | None = None,
-    max_length: int = 128,
-    max_samples: int | None = None,
+    data: DataSettings = DataSettings(),
     teacher: str | os.PathLike | None = None,
-    teacher_weight: float = 1.0,
-    temperature: float = 1.0,
-    train: str = "all",
-    dropout: float | None = None,
-    attention_dropout: float | None = None,
-    epochs: int = 3,
-    batch_size: int = 32,
-    learning_rate: float = 2e-5,
-    weight_decay: float = 0.0,
-    warmup_ratio: float = 0.0,
-    max_grad_norm: float = 1.0,
-    gradient_accumulation_steps: int = 1,
-    mixed_precision: str = "no",
-    seed: int = 0,
-    checkpoint_steps: int = 200,
+    losses: FinetuneWeights = FinetuneWeights(),
+    student_settings: StudentSettings = StudentSettings(),
+    training: TrainSettings = TrainSettings(),
     resume: bool = False,
     overwrite: bool = False,
-    on_step=None,
+    on_step: Callable[[int], None] | None = None,
 ) -> TrainResult:
-    """Fine-tune ``model`` on ``task``: cross-entropy (MSE for regression), evaluating on the
-    validation split after every epoch and keeping the best checkpoint. ``dropout`` and
-    ``attention_dropout`` replace the model's dropout probabilities (None keeps them; ALBERT found
-    that 0 works better); the trained model is saved with them.
+    """Fine-tune ``model`` on ``data``'s task: cross-entropy (MSE for regression), evaluating on the
+    validation split after every epoch and keeping the best checkpoint. With a ``teacher``, its
+    soft targets are mixed in as ``losses`` say. ``student_settings`` choose what trains and replace
+    the model's dropout probabilities (the trained model is saved with them). Any field of the
+    settings may instead be given as a flat keyword (``task="sst2", epochs=2``): the names of the
+    CLI flags and recipe keys.
 
     Example:
-        >>> finetune("out/ghost", "out/tuned", task="sst2", teacher="out/teacher")  # doctest: +SKIP
+        >>> finetune("out/ghost", "out/tuned", data=DataSettings(task="sst2"), teacher="out/teacher",
+        ...          training=TrainSettings(epochs=2))  # doctest: +SKIP
     """
-    settings = TrainSettings(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, weight_decay=weight_decay,
-                             warmup_ratio=warmup_ratio, max_grad_norm=max_grad_norm,
-                             gradient_accumulation_steps=gradient_accumulation_steps, mixed_precision=mixed_precision,
-                             seed=seed, checkpoint_steps=checkpoint_steps)
-    settings.validate()
-    _check_weight(teacher_weight, temperature)
-    check_dropout(dropout, attention_dropout)
-    inputs = (model, ("--teacher", teacher), ("--dataset", dataset))
+    for settings in (training, losses, student_settings, data):
+        settings.validate()
+    inputs = (model, ("--teacher", teacher), ("--dataset", data.dataset))
     check_output_dir(output, overwrite=overwrite or resume, inputs=inputs)
     check_disjoint([partial_dir(Path(output))], inputs)  # where the run's state lives meanwhile
-    check_optimizer(weight_decay=weight_decay, max_grad_norm=max_grad_norm, max_samples=max_samples)
-    check_max_length(max_length, model, teacher)
+    check_max_length(data.max_length, model, teacher)
     if teacher is not None:
         check_same_tokenizer(teacher, model)  # before any model is loaded or OUT.partial made
-    seed_everything(seed)  # before the task head, if new, is drawn
-    data = task_inputs(model, dataset=dataset, task=task, text_columns=text_columns, label_column=label_column, metric=metric,
-                       max_length=max_length, max_samples=max_samples, seed=seed, evaluate=True)
-    student = load_classifier(model, data.preset, role="model", need_trained_head=False, dropout=dropout,
-                              attention_dropout=attention_dropout)
-    set_trainable(student, train)
+    seed_everything(training.seed)  # before the task head, if new, is drawn
+    task = task_inputs(model, data, seed=training.seed, evaluate=True)
+    trained = load_classifier(model, task.preset, role="model", need_trained_head=False, dropout=student_settings.dropout,
+                              attention_dropout=student_settings.attention_dropout)
+    set_trainable(trained, student_settings.train)
     teacher_model = None
     if teacher is not None:
-        teacher_model = load_classifier(teacher, data.preset, role="teacher", need_trained_head=True)
-    objective = FinetuneObjective(student, regression=data.preset.is_regression, teacher=teacher_model,
-                                  teacher_weight=teacher_weight, temperature=temperature)
+        teacher_model = load_classifier(teacher, task.preset, role="teacher", need_trained_head=True)
+    objective = FinetuneObjective(trained, regression=task.preset.is_regression, teacher=teacher_model,
+                                  teacher_weight=losses.teacher_weight, temperature=losses.temperature)
+    # the history's flat keys, as the CLI flags name them
     arguments: dict[str, Any] = {
-        "model": str(model), "task": data.preset.name, "dataset": dataset, "teacher": teacher,
-        "teacher_weight": teacher_weight, "temperature": temperature, "train": train,
-        "dropout": dropout, "attention_dropout": attention_dropout,
-        "max_samples": max_samples, "max_length": max_length, **vars(settings),
+        "model": str(model), "task": task.preset.name, "dataset": data.dataset, "teacher": teacher,
+        **asdict(losses), **asdict(student_settings), "max_samples": data.max_samples, "max_length": data.max_length,
+        **asdict(training),
     }
-    return run_training(objective, data.train_rows, data.collate, settings, output,
-                 student_saver(student, "finetune", arguments, model), evaluation=data.evaluation,
-                 identity={**data.identity, "model": str(model), "teacher": str(teacher), "arguments": _plain(arguments)},
-                 resume=resume, overwrite=overwrite, on_step=on_step, describe="finetune")
-
-
-def _check_weight(teacher_weight: float, temperature: float) -> None:
-    if not 0 <= teacher_weight <= 1:
-        raise GhostifyError(f"--teacher-weight {teacher_weight} must be in [0, 1] (labels get 1 - weight)")
-    if temperature <= 0:
-        raise GhostifyError(f"--temperature {temperature} must be positive")
-
-
-def _plain(arguments: dict[str, Any]) -> dict[str, Any]:
-    return {k: (str(v) if v is not None and not isinstance(v, (int, float, str, bool)) else v) for k, v in arguments.items()}
+    return run_training(objective, task.train_rows, task.collate, training, output,
+                        student_saver(trained, "finetune", arguments, model), evaluation=task.evaluation,
+                        identity={**task.identity, "model": str(model), "teacher": str(teacher),
+                                  "arguments": plain_arguments(arguments)},
+                        resume=resume, overwrite=overwrite, on_step=on_step, describe="finetune")

@@ -8,12 +8,14 @@ from pathlib import Path
 
 from ..architectures import get_adapter
 from ..checkpoint import load_config, load_model, model_record, save_checkpoint
-from ..data import DEFAULT_DATASET, batches, label_kind, load_split, resolve_task
+from ..data import batches, label_kind, load_split, resolve_task
 from ..errors import GhostifyError
 from ..files import check_output_dir
+from ..heads import classifier_labels
 from ..methods.pruning import SCORES_NAME, ImportanceScores, compute_importance
 from ..record import history_entry
 from ..seeding import seed_everything
+from ..settings import DataSettings
 from .common import check_max_length, check_positive, default_device, load_tokenizer
 
 SPLIT = "train"  # scores come from training data only: pruning on validation data leaks it
@@ -23,13 +25,13 @@ def importance(
     model: str | os.PathLike,
     output: str | os.PathLike,
     *,
-    dataset: str = DEFAULT_DATASET,
+    dataset: str = DataSettings.dataset,
     task: str | None = None,
     text_columns: tuple[str, ...] | None = None,
     label_column: str | None = None,
     samples: int | None = 2048,
     batch_size: int = 32,
-    max_length: int = 128,
+    max_length: int = DataSettings.max_length,
     label_free: bool = False,
     seed: int = 0,
     overwrite: bool = False,
@@ -47,9 +49,8 @@ def importance(
     data = load_split(dataset, preset, SPLIT, max_samples=samples, seed=seed, require_labels=not label_free)
     config = load_config(model)
     num_labels = preset.num_labels or (_infer_num_labels(data) if data.has_labels else config.num_labels)
-    existing = getattr(config, "num_labels", None)
-    architectures = getattr(config, "architectures", None) or []
-    has_classifier = any(a.endswith("ForSequenceClassification") for a in architectures)
+    existing = classifier_labels(config)
+    has_classifier = existing is not None
     if has_classifier and existing != num_labels:
         raise GhostifyError(
             f"{model} classifies into {existing} labels but task {preset.name} has {num_labels}; "

@@ -30,40 +30,8 @@ from torch.utils.data import DataLoader
 from ..console import err
 from ..errors import GhostifyError
 from ..files import atomic_directory, remove_tree
+from ..settings import TrainSettings
 from .metrics import compute_metrics
-
-MIXED_PRECISION = ("no", "fp16", "bf16")
-
-
-@dataclass
-class TrainSettings:
-    """Optimisation settings; the defaults are the GhostBERT paper's (Table 8)."""
-
-    epochs: int = 3
-    batch_size: int = 32
-    learning_rate: float = 2e-5
-    weight_decay: float = 0.0
-    warmup_ratio: float = 0.0
-    max_grad_norm: float = 1.0
-    gradient_accumulation_steps: int = 1
-    mixed_precision: str = "no"
-    seed: int = 0
-    checkpoint_steps: int = 200
-    log_steps: int = 10
-
-    def validate(self) -> None:
-        checks = [
-            (self.epochs >= 1, f"--epochs {self.epochs} must be at least 1"),
-            (self.batch_size >= 1, f"--batch-size {self.batch_size} must be at least 1"),
-            (self.learning_rate > 0, f"--learning-rate {self.learning_rate} must be positive"),
-            (0 <= self.warmup_ratio < 1, f"--warmup-ratio {self.warmup_ratio} must be in [0, 1)"),
-            (self.gradient_accumulation_steps >= 1, "--gradient-accumulation-steps must be at least 1"),
-            (self.mixed_precision in MIXED_PRECISION, f"--mixed-precision {self.mixed_precision!r}: choose one of {', '.join(MIXED_PRECISION)}"),
-            (self.checkpoint_steps >= 1, "--checkpoint-steps must be at least 1"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise GhostifyError(message)
 
 
 @dataclass

@@ -4,8 +4,6 @@ wrapped for data-parallel training, and runs in eval mode without gradients."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
@@ -13,7 +11,7 @@ from ..architectures import get_adapter
 from ..checkpoint import model_record
 from ..data.sop import IGNORE
 from ..data.sop import PREFIX as SOP_PREFIX
-from ..errors import GhostifyError
+from ..settings import DistillWeights
 from .capture import capture, enable_score_capture
 from .layer_map import LayerMap
 from .loop import Objective
@@ -58,26 +56,6 @@ class FinetuneObjective(Objective):
         parts["teacher_loss"] = soft.detach()
         w = self.teacher_weight
         return (1 - w) * hard + w * soft, parts
-
-
-@dataclass
-class DistillWeights:
-    emb_weight: float = 1.0
-    mha_weight: float = 1.0
-    ffn_weight: float = 1.0
-    attention_weight: float = 0.0
-    logit_weight: float = 0.0
-    temperature: float = 1.0
-    sop_weight: float = 0.0
-
-    def validate(self) -> None:
-        for name in ("emb_weight", "mha_weight", "ffn_weight", "attention_weight", "logit_weight", "sop_weight"):
-            if getattr(self, name) < 0:
-                raise GhostifyError(f"--{name.replace('_', '-')} {getattr(self, name)} must be >= 0")
-        if self.temperature <= 0:
-            raise GhostifyError(f"--temperature {self.temperature} must be positive")
-        if not any(getattr(self, n) > 0 for n in ("emb_weight", "mha_weight", "ffn_weight", "attention_weight", "logit_weight")):
-            raise GhostifyError("every distillation loss weight is 0; give at least one a positive weight")
 
 
 def _hidden_size(model: nn.Module) -> int:

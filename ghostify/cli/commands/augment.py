@@ -6,8 +6,8 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from ...data import DEFAULT_DATASET
-from ...steps.augment import augment as augment_step
+from ... import steps
+from ...settings import DataSettings
 from ..app import app
 from ..console import err, progress
 from ..options import Dataset, LabelColumn, MaxLength, MaxSamples, Overwrite, Seed, Task, TextColumns, split_columns
@@ -30,7 +30,7 @@ def augment(
     mlm: Annotated[str, typer.Option("--mlm", help="Masked-LM checkpoint (…ForMaskedLM: a directory or hub id) that proposes the replacement words; it needs its tokenizer.", show_default=False)],
     output: DataOutput,
     task: Task = None,
-    dataset: Dataset = DEFAULT_DATASET,
+    dataset: Dataset = DataSettings.dataset,
     text_columns: TextColumns = None,
     label_column: LabelColumn = None,
     per_example: Annotated[Optional[int], typer.Option("--per-example", min=1, help="New examples per training example (N); default from the task as in TinyBERT: 20 for sst2/qnli, 10 for mnli/qqp, 30 otherwise.", show_default=False)] = None,
@@ -38,7 +38,7 @@ def augment(
     top_k: Annotated[int, typer.Option("--top-k", min=1, help="Candidates per word: the masked LM's K most likely whole words.")] = 15,
     label_with: Annotated[Optional[str], typer.Option("--label-with", help="Label the new examples with this fine-tuned classifier's predictions (argmax; the value for regression) instead of copying the original's label.", show_default=False)] = None,
     max_samples: MaxSamples = None,
-    max_length: MaxLength = 128,
+    max_length: MaxLength = DataSettings.max_length,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Sequences per forward pass (masked copies for the MLM, new examples for --label-with).")] = 64,
     seed: Seed = 0,
     overwrite: Overwrite = False,
@@ -79,7 +79,7 @@ def augment(
         def advance(n: int, total: int) -> None:
             bar.update(job, total=total, advance=n)
 
-        result = augment_step(
+        result = steps.augment(
             mlm,
             output,
             dataset=dataset,

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from ... import steps
-from ...data import DEFAULT_DATASET
+from ...settings import DataSettings
 from ..app import app
 from ..console import err, progress
 from ..options import (
@@ -33,13 +33,13 @@ from ..summary import print_importance
 def importance(
     model: Model,
     output: Output,
-    dataset: Dataset = DEFAULT_DATASET,
+    dataset: Dataset = DataSettings.dataset,
     task: Task = None,
     text_columns: TextColumns = None,
     label_column: LabelColumn = None,
     samples: Annotated[Optional[int], typer.Option("--samples", min=1, help="Training examples to score on (a seeded random subset); all if unset.")] = 2048,
     batch_size: BatchSize = 32,
-    max_length: MaxLength = 128,
+    max_length: MaxLength = DataSettings.max_length,
     label_free: Annotated[bool, typer.Option("--label-free", help="Score against the model's own predictions (no labels needed).")] = False,
     seed: Seed = 0,
     overwrite: Overwrite = False,

@@ -1,0 +1,140 @@
+"""The settings the data and training commands share, each declared once with its default and its
+validation. Each field is also a CLI flag (``--learning-rate``), a recipe key (``learning_rate:``)
+and a flat keyword of the step functions (``ghostify.flatten``), always under the field's name.
+
+Example:
+    >>> from ghostify.steps import finetune
+    >>> finetune("out/ghost", "out/tuned", data=DataSettings(task="sst2"),
+    ...          training=TrainSettings(epochs=2, learning_rate=5e-5))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import GhostifyError
+
+#: the datasets library id a task name is looked up in (``--dataset``'s default)
+DEFAULT_DATASET = "nyu-mll/glue"
+
+MIXED_PRECISION = ("no", "fp16", "bf16")
+TRAIN_MODES = ("all", "ghost-only")
+#: field metadata: a value the code uses but no flag, recipe key or flat keyword sets
+INTERNAL = "internal"
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """Which examples a command reads and how long they may be; a task preset names its columns,
+    label and metric, the other fields describe datasets without one."""
+
+    task: str | None = None
+    dataset: str = DEFAULT_DATASET
+    text_columns: tuple[str, ...] | None = None
+    label_column: str | None = None
+    metric: str | None = None
+    max_length: int = 128  # checked against the models' positions by tokenization.check_max_length
+    max_samples: int | None = None  # a seeded random subset of the training examples
+
+    def validate(self) -> None:
+        value = self.max_samples
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise GhostifyError(f"--max-samples {value!r} must be at least 1 (or unset: all)")
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Optimisation settings of the training loop; the defaults are the GhostBERT paper's (Table 8)."""
+
+    epochs: int = 3
+    batch_size: int = 32  # global: examples per optimizer step over every process
+    learning_rate: float = 2e-5
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.0
+    max_grad_norm: float = 1.0
+    gradient_accumulation_steps: int = 1
+    mixed_precision: str = "no"
+    seed: int = 0
+    checkpoint_steps: int = 200
+    log_steps: int = field(default=10, metadata={INTERNAL: True})
+
+    def validate(self) -> None:
+        checks = [
+            (self.epochs >= 1, f"--epochs {self.epochs} must be at least 1"),
+            (self.batch_size >= 1, f"--batch-size {self.batch_size} must be at least 1"),
+            (self.learning_rate > 0, f"--learning-rate {self.learning_rate} must be positive"),
+            (self.weight_decay >= 0, f"--weight-decay {self.weight_decay} must be 0 or more (the paper: 0)"),
+            (0 <= self.warmup_ratio < 1, f"--warmup-ratio {self.warmup_ratio} must be in [0, 1)"),
+            (self.max_grad_norm >= 0, f"--max-grad-norm {self.max_grad_norm} must be 0 (off) or more (the paper: 1)"),
+            (self.gradient_accumulation_steps >= 1, "--gradient-accumulation-steps must be at least 1"),
+            (self.mixed_precision in MIXED_PRECISION, f"--mixed-precision {self.mixed_precision!r}: choose one of {', '.join(MIXED_PRECISION)}"),
+            (self.checkpoint_steps >= 1, "--checkpoint-steps must be at least 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise GhostifyError(message)
+
+
+@dataclass(frozen=True)
+class StudentSettings:
+    """What of the trained model learns, and its dropout (saved with it). ``None`` keeps the
+    model's own probabilities; ALBERT found that 0 works better."""
+
+    train: str = "all"  # or "ghost-only": only the ghost modules
+    dropout: float | None = None  # hidden states and the task head
+    attention_dropout: float | None = None  # attention probabilities
+
+    def validate(self) -> None:
+        check_train_mode(self.train)
+        for flag, value in (("--dropout", self.dropout), ("--attention-dropout", self.attention_dropout)):
+            if value is not None and not 0 <= value < 1:
+                raise GhostifyError(f"{flag} {value} must be in [0, 1) (0 turns it off, as ALBERT found works best)")
+
+
+def check_train_mode(train: str) -> None:
+    if train not in TRAIN_MODES:
+        raise GhostifyError(f"--train {train!r}: choose all or ghost-only")
+
+
+@dataclass(frozen=True)
+class FinetuneWeights:
+    """Fine-tuning with a teacher: ``(1 - w)·task + w·soft-CE`` at ``temperature`` (unused without one)."""
+
+    teacher_weight: float = 1.0
+    temperature: float = 1.0
+
+    def validate(self) -> None:
+        if not 0 <= self.teacher_weight <= 1:
+            raise GhostifyError(f"--teacher-weight {self.teacher_weight} must be in [0, 1] (labels get 1 - weight)")
+        if self.temperature <= 0:
+            raise GhostifyError(f"--temperature {self.temperature} must be positive")
+
+
+#: the losses that compare the student with the teacher (SOP compares segments, not the teacher)
+TEACHER_LOSSES = ("emb_weight", "mha_weight", "ffn_weight", "attention_weight", "logit_weight")
+
+
+@dataclass(frozen=True)
+class DistillWeights:
+    """Weights of GhostBERT's layer-wise distillation losses, TinyBERT's attention-score and
+    prediction-layer losses (at ``temperature``) and ALBERT's sentence-order prediction."""
+
+    emb_weight: float = 1.0
+    mha_weight: float = 1.0
+    ffn_weight: float = 1.0
+    attention_weight: float = 0.0
+    logit_weight: float = 0.0
+    temperature: float = 1.0
+    sop_weight: float = 0.0
+
+    def validate(self) -> None:
+        for name in (*TEACHER_LOSSES, "sop_weight"):
+            if getattr(self, name) < 0:
+                raise GhostifyError(f"--{name.replace('_', '-')} {getattr(self, name)} must be >= 0")
+        if self.temperature <= 0:
+            raise GhostifyError(f"--temperature {self.temperature} must be positive")
+        if not any(getattr(self, name) > 0 for name in TEACHER_LOSSES):
+            raise GhostifyError("every distillation loss weight is 0; give at least one a positive weight")
+
+
+__all__ = ["DataSettings", "DistillWeights", "FinetuneWeights", "StudentSettings", "TrainSettings"]
