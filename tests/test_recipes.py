@@ -158,9 +158,11 @@ def test_quickstart_runs_end_to_end_on_minilm(minilm, glue, tmp_path, capsys):
     code, out, err = run_cli(capsys, *args)
     assert code == 0, err
     report = json.loads(out)
-    assert [row["stage"] for row in report["stages"]][-1] == "07-eval"
-    final = report["stages"][-1]["metrics"]["accuracy"]
+    assert [row["stage"] for row in report["stages"]][-3:] == ["07-eval", "08-onnx", "09-eval-int8"]
+    rows = {row["stage"]: row for row in report["stages"]}
+    final = rows["07-eval"]["metrics"]["accuracy"]
     assert 0 <= final <= 1
+    assert abs(rows["09-eval-int8"]["metrics"]["accuracy"] - final) <= 0.05  # the shipped int8 graph
     sizes = {row["stage"]: row["params"] for row in report["stages"] if row["params"]}
     assert sizes["03-prune"] < sizes["01-teacher"]
     checkpoint = tmp_path / "quick" / "06-final"

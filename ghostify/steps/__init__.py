@@ -3,6 +3,7 @@ shared ones as settings dataclasses, ``ghostify.settings``, or as flat keywords)
 
 from ..augment import augment
 from .attach_ghost import attach_ghost
+from .bench import bench
 from .distill import distill
 from .evaluate import evaluate
 from .export import export
@@ -14,4 +15,4 @@ from .info import info
 from .prune import prune
 from .share_layers import share_layers
 
-__all__ = ["attach_ghost", "augment", "distill", "evaluate", "export", "factorize_embeddings", "finetune", "group_linear", "importance", "info", "prune", "share_layers"]
+__all__ = ["attach_ghost", "augment", "bench", "distill", "evaluate", "export", "factorize_embeddings", "finetune", "group_linear", "importance", "info", "prune", "share_layers"]

@@ -3,6 +3,7 @@
 from . import (  # noqa: F401  # noqa: F401
     attach_ghost,
     augment,
+    bench,
     distill,
     evaluate,
     export,

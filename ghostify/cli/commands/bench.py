@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from ... import steps
+from ..app import app
+from ..console import out, print_json
+from ..options import Json
+
+
+@app.command(
+    epilog="**Examples**\n\n"
+    "ghostify bench bert-base-uncased runs/quick/06-final runs/quick/onnx/model_int8.onnx\n\n"
+    "ghostify bench out/dense out/pruned --batch-size 32 --threads 2 --json",
+)
+def bench(
+    models: Annotated[list[str], typer.Argument(help="Checkpoints, export directories or .onnx files; the first is the baseline.", show_default=False)],
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per forward pass.")] = 1,
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence (no padding).")] = 128,
+    threads: Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch and ONNX Runtime.")] = 1,
+    rounds: Annotated[int, typer.Option("--rounds", help="Timed forward passes per model, the models taking turns.")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed forward passes per model first.")] = 3,
+    json_output: Json = False,
+) -> None:
+    """Latency of models side by side on this machine: median and quartiles of wall-clock time per
+    forward pass, CPU time, and the speed-up against the first model.
+
+    The models take turns within each round, so a busier moment of the machine hits them alike.
+    Inputs are random token ids of --batch-size x --seq-len, the same for every model.
+    """
+    rows = steps.bench(models, batch_size=batch_size, seq_len=seq_len, threads=threads, rounds=rounds, warmup=warmup)
+    if json_output:
+        print_json(rows)
+        return
+    table = Table(title=f"batch {batch_size}, sequence {seq_len}, {threads} thread(s), {rounds} rounds: milliseconds per forward pass")
+    for column in ("model", "runtime", "median", "p25-p75", "CPU", "speed-up"):
+        table.add_column(column, justify="left" if column in ("model", "runtime") else "right")
+    for row in rows:
+        table.add_row(row["model"], row["runtime"], f"{row['median_ms']:.2f}", f"{row['p25_ms']:.2f}-{row['p75_ms']:.2f}",
+                      f"{row['cpu_median_ms']:.2f}", f"{row['speedup']:.2f}x")
+    out.print(table)
