@@ -36,7 +36,11 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 #: the one registered attention implementation
-ATTENTION = "ghostify"
+#: the name under which transformers finds this kernel. A copy of this module shipped inside an
+#: exported checkpoint (``ghostify export --format hf``) registers its own kernel under its own
+#: name, so loading such a checkpoint next to ghostify never replaces ghostify's kernel (whose
+#: hooks a copy's kernel would not see)
+ATTENTION = "ghostify" if __name__ == "ghostify.attention" else f"ghostify-{__name__.rpartition('.')[0].rpartition('.')[2]}"
 #: the attention module's children the kernel calls (their names are part of the checkpoint format)
 SCORE_HOOK = "ghost_qk"
 COLUMN_HOOK = "ghostify_reference"

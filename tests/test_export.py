@@ -136,7 +136,7 @@ def test_export_command_checks_hf_and_a_uniform_ffn_width_is_a_stock_checkpoint(
         assert torch.allclose(plain(**batch).logits, net(**batch).logits, atol=1e-6)
 
 
-ONNX_CASES = [(f, "ghosts") for f in FAMILIES] + [("bert", "grouped"), ("bert", "embeddings"), ("bert", "shared")]
+ONNX_CASES = [(f, "ghosts") for f in FAMILIES] + [("bert", v) for v in ("conv", "grouped", "embeddings", "shared")]
 
 
 @pytest.mark.parametrize("family, variant", ONNX_CASES)
@@ -206,6 +206,14 @@ def test_sentence_transformers_layout_is_kept(tmp_path):
     expected = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
     assert torch.allclose(got, expected, atol=1e-5)
     assert got[0].dot(got[1]) < 0.999  # not collapsed: different sentences, different embeddings
+    # the export's copy of ghostify's attention kernel, loaded in this process, left ghostify's own in place
+    from transformers import AttentionInterface
+
+    from ghostify.attention import ATTENTION, attention_forward
+
+    assert AttentionInterface._global_mapping[ATTENTION] is attention_forward
+    copies = [name for name in AttentionInterface._global_mapping if name.startswith("ghostify-")]
+    assert copies and all(AttentionInterface._global_mapping[n] is not attention_forward for n in copies)
 
 
 def test_export_refuses_bad_requests_in_one_line(tmp_path, capsys):
