@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,6 +160,8 @@ def write_onnx(model: nn.Module, directory: Path, *, pooling: Pooling | None, qu
     with torch.no_grad():
         graph(*example.values())  # names the outputs
     path = directory / ONNX_NAME
+    # the exporter logs a warning per torchvision operator it cannot register; they are not ours
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         try:
