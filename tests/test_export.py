@@ -14,6 +14,7 @@ import torch
 from ghostify import steps
 from ghostify.architectures import get_adapter
 from ghostify.checkpoint import load_config, load_model
+from ghostify.errors import GhostifyError
 from ghostify.export.hf import write_hf
 from ghostify.export.onnx import example_batch, input_names
 from ghostify.testing import FAMILIES, tiny_checkpoint
@@ -94,7 +95,7 @@ def test_hf_export_loads_without_ghostify_for_every_family_and_method(tmp_path):
         written = write_hf(net, out, source=source)
         assert not written.stock and written.auto_class == "AutoModelForSequenceClassification"
         inputs = input_names(net)
-        batches = [example_batch(net, inputs, 3, 11, seed=1), example_batch(net, inputs, 2, 6, seed=2, padded=False)]
+        batches = [example_batch(net.config, inputs, 3, 11, seed=1), example_batch(net.config, inputs, 2, 6, seed=2, padded=False)]
         with torch.no_grad():
             logits = [net(**b).logits for b in batches]
         torch.save({"batches": batches, "logits": logits}, work / "io.pt")
@@ -131,7 +132,7 @@ def test_export_command_checks_hf_and_a_uniform_ffn_width_is_a_stock_checkpoint(
 
     plain = AutoModelForSequenceClassification.from_pretrained(tmp_path / "stock").eval()
     net = load_model(stock)
-    batch = example_batch(net, input_names(net), 3, 9, seed=4)
+    batch = example_batch(net.config, input_names(net), 3, 9, seed=4)
     with torch.no_grad():
         assert torch.allclose(plain(**batch).logits, net(**batch).logits, atol=1e-6)
 
@@ -150,7 +151,7 @@ def test_onnx_export_matches_pytorch_on_other_shapes(tmp_path, family, variant):
 
     net = load_model(source)
     graph = OnnxModel(tmp_path / "onnx" / "model.onnx")
-    batch = example_batch(net, input_names(net), 4, 17, seed=9)
+    batch = example_batch(net.config, input_names(net), 4, 17, seed=9)
     batch["attention_mask"][0, 3:] = 0
     with torch.no_grad():
         assert (graph(**batch).logits - net(**batch).logits).abs().max() <= 1e-4
@@ -192,6 +193,9 @@ def test_sentence_transformers_layout_is_kept(tmp_path):
     result = steps.export(tmp_path / "ghost", tmp_path / "hf")
     assert result["sentence_transformers"] == str(st)
     assert (tmp_path / "hf" / "modules.json").is_file() and (tmp_path / "hf" / "1_Pooling" / "config.json").is_file()
+    with pytest.raises(GhostifyError, match="input"):  # the model it came from is an input too
+        steps.export(tmp_path / "ghost", st, overwrite=True)
+    assert (st / "modules.json").is_file() and (st / "1_Pooling" / "config.json").is_file()
 
     sentences = ["the film was great", "a city by the sea at night with music and light"]
     encoder = sentence_transformers.SentenceTransformer(str(tmp_path / "hf"), trust_remote_code=True, device="cpu")
@@ -225,3 +229,17 @@ def test_export_refuses_bad_requests_in_one_line(tmp_path, capsys):
     code, _, err = run_cli(capsys, "export", source, "-o", source)
     assert code != 0 and err.count("\n") == 1
     assert not (tmp_path / "x").exists()
+
+
+def test_bench_times_checkpoints_and_exports_side_by_side(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    source = _chain(tmp_path, "bert", "stock")
+    steps.export(source, tmp_path / "onnx", format="onnx")
+    code, out, err = run_cli(capsys, "bench", source, tmp_path / "onnx", "--rounds", "3", "--warmup", "1",
+                             "--seq-len", "16", "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [r["runtime"] for r in rows] == ["pytorch", "onnx"]
+    assert rows[0]["speedup"] == 1.0 and all(r["median_ms"] > 0 and r["p25_ms"] <= r["p75_ms"] for r in rows)
+    code, _, err = run_cli(capsys, "bench", source, "--rounds", "0")
+    assert code != 0 and err.count("\n") == 1 and "--rounds 0" in err

@@ -53,9 +53,8 @@ class HFExport:
     sentence_transformers: str | None  # where the sentence-transformers layout came from
 
 
-def needs_code(model: nn.Module) -> bool:
-    """Whether a stock config cannot describe the model's structure."""
-    record = model_record(model)
+def needs_code(model: nn.Module, record: Any) -> bool:
+    """Whether a stock config cannot describe the structure ``record`` gives ``model``."""
     adapter = get_adapter(model.config)
     if any(getattr(record, m.record_key, None) for m in METHODS if m.tracked):
         return True
@@ -84,15 +83,18 @@ def auto_classes(model: nn.Module) -> dict[str, type]:
     return out
 
 
-def write_hf(model: nn.Module, directory: Path, *, source: str | Path) -> HFExport:
-    """Write ``model`` (loaded by ghostify from ``source``) into ``directory`` for stock loading."""
+def write_hf(model: nn.Module, directory: Path, *, source: str | Path,
+             sentence_transformers: Path | None = None) -> HFExport:
+    """Write ``model`` (loaded by ghostify from ``source``) into ``directory`` for stock loading,
+    around it the layout of the ``sentence_transformers`` model it came from, if any
+    (:func:`sentence_transformers_source`)."""
     record = model_record(model)
     if record.references:
         raise GhostifyError(f"{source} has RefBERT reference attention: its reference store (references.safetensors) "
                             "is read by ghostify's loader, which a stock from_pretrained does not run; "
                             "export the model distilled without --references")
     config = copy.deepcopy(model.config)
-    stock = not needs_code(model)
+    stock = not needs_code(model, record)
     classes: dict[str, str] = {}
     code_files: list[str] = []
     autos = auto_classes(model)
@@ -112,11 +114,10 @@ def write_hf(model: nn.Module, directory: Path, *, source: str | Path) -> HFExpo
     state = {k: v.detach().cpu().clone().contiguous() for k, v in model.state_dict().items()}
     safetensors.torch.save_file(state, str(directory / WEIGHTS_NAME), metadata={"format": "pt"})
     copy_tokenizer(source, directory)
-    origin = sentence_transformers_source(Path(source), record)
-    if origin is not None:
-        copy_sentence_transformers(origin, directory)
+    if sentence_transformers is not None:
+        copy_sentence_transformers(sentence_transformers, directory)
     return HFExport(stock=stock, auto_class=auto_class, classes=classes, code_files=code_files,
-                    sentence_transformers=str(origin) if origin else None)
+                    sentence_transformers=str(sentence_transformers) if sentence_transformers else None)
 
 
 def write_code(directory: Path, classes: dict[str, type]) -> list[str]:

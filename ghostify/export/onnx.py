@@ -122,11 +122,12 @@ class _Graph(nn.Module):
         return hidden, self.pooling(hidden, batch["attention_mask"])
 
 
-def example_batch(model: nn.Module, inputs: list[str], batch: int, length: int, *, seed: int,
+def example_batch(config: Any, inputs: list[str], batch: int, length: int, *, seed: int,
                   padded: bool = True) -> dict[str, torch.Tensor]:
-    """Random token ids (no special meaning needed) with rows of different lengths."""
+    """Random token ids (no special meaning needed) for a model of ``config``, with rows of
+    different lengths."""
     generator = torch.Generator().manual_seed(seed)
-    vocab = int(model.config.vocab_size)
+    vocab = int(config.vocab_size)
     ids = torch.randint(5, vocab, (batch, length), generator=generator)
     mask = torch.ones(batch, length, dtype=torch.long)
     if padded:
@@ -154,7 +155,7 @@ def write_onnx(model: nn.Module, directory: Path, *, pooling: Pooling | None, qu
     require_onnx()
     inputs = input_names(model)
     graph = _Graph(model.eval(), inputs, pooling).eval()
-    example = example_batch(model, inputs, 2, 8, seed=0)
+    example = example_batch(model.config, inputs, 2, 8, seed=0)
     batch_dim, sequence_dim = torch.export.Dim("batch"), torch.export.Dim("sequence")
     dynamic = {name: {0: batch_dim, 1: sequence_dim} for name in inputs}
     with torch.no_grad():
@@ -190,8 +191,8 @@ def _bytes(model: nn.Module) -> int:
 
 def check_batches(model: nn.Module, inputs: list[str]) -> list[dict[str, torch.Tensor]]:
     """Batches whose size, length and padding differ from the export example (2 x 8, padded)."""
-    return [example_batch(model, inputs, 3, 13, seed=1), example_batch(model, inputs, 1, 5, seed=2, padded=False),
-            example_batch(model, inputs, 5, 21, seed=3)]
+    return [example_batch(model.config, inputs, 3, 13, seed=1), example_batch(model.config, inputs, 1, 5, seed=2, padded=False),
+            example_batch(model.config, inputs, 5, 21, seed=3)]
 
 
 @torch.no_grad()

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ..checkpoint import load_model
+from ..checkpoint import load_config, load_model
 from ..errors import GhostifyError
 from ..export.onnx import example_batch, input_names
 from ..export.runtime import OnnxModel, onnx_path
@@ -22,27 +22,16 @@ def _runner(model: str | os.PathLike, batch: int, length: int, threads: int) -> 
     graph = onnx_path(model)
     if graph is not None:
         session = OnnxModel(graph, threads=threads)
-        from ..checkpoint import load_config
-
-        config = load_config(graph.parent)
-        feeds = example_batch(SimpleModel(config), session.inputs, batch, length, seed=0, padded=False)
-        feeds = {k: v for k, v in feeds.items() if k in session.inputs}
+        feeds = example_batch(load_config(graph.parent), session.inputs, batch, length, seed=0, padded=False)
         return "onnx (int8)" if "int8" in graph.name else "onnx", lambda: session(**feeds)
     net = load_model(model).eval()
-    inputs = example_batch(net, input_names(net), batch, length, seed=0, padded=False)
+    inputs = example_batch(net.config, input_names(net), batch, length, seed=0, padded=False)
 
     def run() -> Any:
         with torch.inference_mode():
             return net(**inputs)
 
     return "pytorch", run
-
-
-class SimpleModel:
-    """What :func:`example_batch` needs of a model: its config."""
-
-    def __init__(self, config: Any) -> None:
-        self.config = config
 
 
 def bench(

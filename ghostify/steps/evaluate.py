@@ -10,6 +10,7 @@ from ..data import load_split, padding_collator, resolve_task, tokenize
 from ..errors import GhostifyError
 from ..export.runtime import OnnxModel, onnx_path
 from ..flatten import flat_settings
+from ..heads import classifier_labels
 from ..settings import DataSettings
 from ..training.loop import evaluate as evaluate_loader
 from ..training.loop import multi_process_on_cpu
@@ -67,12 +68,12 @@ def evaluate(
 
 def load_onnx_classifier(graph, preset) -> OnnxModel:
     """An exported classifier's graph, checked against the task like a checkpoint's head is."""
-    config = load_config(graph.parent)
-    if not any(a.endswith("ForSequenceClassification") for a in getattr(config, "architectures", None) or []):
+    labels = classifier_labels(load_config(graph.parent))
+    if labels is None:
         raise GhostifyError(f"{graph} was exported from a model without a sequence-classification head; "
                             "export the fine-tuned model")
-    if config.num_labels != preset.num_labels:
-        raise GhostifyError(f"model {graph} classifies into {config.num_labels} labels but task {preset.name} has "
+    if labels != preset.num_labels:
+        raise GhostifyError(f"model {graph} classifies into {labels} labels but task {preset.name} has "
                             f"{preset.num_labels}; use a model for this task")
     net = OnnxModel(graph)
     if "logits" not in net.outputs:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..checkpoint import load_model, model_record
+from ..checkpoint import load_config, load_model, read_record
 from ..errors import GhostifyError
 from ..export.hf import sentence_transformers_source, write_hf
 from ..export.onnx import Pooling, example_batch, input_names, require_onnx, write_onnx
@@ -51,12 +51,14 @@ def export(
         raise GhostifyError(f"--quantize {quantize} quantises an ONNX graph; add --format onnx")
     if format == "onnx":
         require_onnx()
-    out = check_output_dir(output, overwrite=overwrite, inputs=(model,))
+    # the sentence-transformers model it came from is read too (its pooling, normalisation)
+    origin = sentence_transformers_source(Path(model), read_record(load_config(model)))
+    out = check_output_dir(output, overwrite=overwrite, inputs=(model, *([origin] if origin else [])))
     net = load_model(model)
     result: dict[str, Any] = {"model": str(model), "output": str(out), "format": format, "class": type(net).__name__}
     with atomic_directory(out, overwrite=overwrite) as tmp:
         if format == "hf":
-            written = write_hf(net, tmp, source=model)
+            written = write_hf(net, tmp, source=model, sentence_transformers=origin)
             result.update(stock=written.stock, auto_classes=written.classes,
                           sentence_transformers=written.sentence_transformers)
             result["max_difference"] = check_hf(net, tmp, written.auto_class, code=not written.stock)
@@ -64,7 +66,6 @@ def export(
                 raise GhostifyError(f"the exported model differs from ghostify's by {result['max_difference']:.2e} "
                                     f"(more than {HF_TOLERANCE:g}); please report this model")
         else:
-            origin = sentence_transformers_source(Path(model), model_record(net))
             written_onnx = write_onnx(net, tmp, pooling=Pooling.read(origin) if origin else None, quantize=quantize)
             net.config.save_pretrained(tmp)  # labels and sizes, for `ghostify eval` and users
             copy_tokenizer(model, tmp)
@@ -114,7 +115,7 @@ def check_hf(net: torch.nn.Module, directory: Path, auto_name: str, *, code: boo
     class ``auto_name``, save it with ``save_pretrained`` and load that too; return the largest
     difference of either from ``net`` on padded batches."""
     inputs = input_names(net)
-    batches = [example_batch(net, inputs, 3, 11, seed=1), example_batch(net, inputs, 2, 6, seed=2, padded=False)]
+    batches = [example_batch(net.config, inputs, 3, 11, seed=1), example_batch(net.config, inputs, 2, 6, seed=2, padded=False)]
     outputs = [tuple(t for t in net(**b).to_tuple() if isinstance(t, torch.Tensor)) for b in batches]
     with tempfile.TemporaryDirectory() as scratch:
         io_path = Path(scratch) / "io.pt"
