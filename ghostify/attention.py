@@ -137,6 +137,16 @@ def shifted_attention(
     return out, probs
 
 
+def _repeat_kv(states: torch.Tensor, module: nn.Module) -> torch.Tensor:
+    """Grouped-query attention: each key/value head serves ``module.num_key_value_groups``
+    consecutive query heads (transformers' ``repeat_kv``)."""
+    groups = int(getattr(module, "num_key_value_groups", 1))
+    if groups == 1:
+        return states
+    batch, heads, length, size = states.shape
+    return states[:, :, None].expand(batch, heads, groups, length, size).reshape(batch, heads * groups, length, size)
+
+
 def attention_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -151,6 +161,7 @@ def attention_forward(
     (see the module docstring for their order). Returns ``[B, Lq, H (+ extra), dv]`` and the weights."""
     if scaling is None:
         scaling = query.size(-1) ** -0.5
+    key, value = _repeat_kv(key, module), _repeat_kv(value, module)
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling
     score_hook: ScoreHook | None = getattr(module, SCORE_HOOK, None)
     if score_hook is not None:

@@ -102,7 +102,7 @@ def read_record(config) -> GhostifyRecord | None:
     adapter = get_adapter(config)
     record.check_structure(
         source,
-        num_heads=adapter.num_heads(config),
+        num_heads=adapter.num_units(config),
         ffn_size=adapter.ffn_size(config),
         num_layers=_distinct_layers(config, adapter, record),
     )
@@ -136,7 +136,18 @@ def _auto_class(config, head: str | None):
         return transformers.AutoModel
     if head not in HEAD_CLASSES:
         raise GhostifyError(f"unknown model head {head!r}; choose one of {', '.join(HEAD_CLASSES)}")
+    if head not in available_heads(config):
+        raise GhostifyError(f"transformers has no {head} head for {config.model_type} models; choose one of "
+                            f"{', '.join(available_heads(config))}")
     return getattr(transformers, HEAD_CLASSES[head])
+
+
+def available_heads(config) -> list[str]:
+    """The task heads transformers ships for ``config``'s family (EuroBERT, GTE and NomicBERT have no
+    question-answering head, say)."""
+    import transformers  # deferred
+
+    return [head for head, auto in HEAD_CLASSES.items() if type(config) in getattr(transformers, auto)._model_mapping]
 
 
 def load_model(

@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from .checkpoint import HEAD_CLASSES
+from .checkpoint import HEAD_CLASSES, available_heads
+from .errors import GhostifyError
 
 VOCAB = 99
 HIDDEN = 32
@@ -37,6 +38,18 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "max_relative_positions": 16,
     },
     "mpnet": {},
+    "roberta-prelayernorm": {"pad_token_id": 1},
+    "xlm-roberta-xl": {"pad_token_id": 1},
+    # 3 layers, global attention every 2nd: layers alternate global / sliding-window (a window of 2
+    # tokens each side, shorter than the test batches' sequences)
+    "modernbert": {"num_hidden_layers": 3, "global_attn_every_n_layers": 2, "local_attention": 4,
+                   "pad_token_id": 0, "bos_token_id": 3, "eos_token_id": 4, "cls_token_id": 3, "sep_token_id": 4},
+    # grouped-query attention: 4 query heads read 2 key/value heads
+    "eurobert": {"num_key_value_heads": 2, "pad_token_id": 0, "bos_token_id": 3, "eos_token_id": 4,
+                 "mask_token_id": 5},
+    "gte": {"pad_token_id": 0},
+    "nomic_bert": {"pad_token_id": 0},
+    "jina_embeddings_v3": {"pad_token_id": 1},
 }
 
 
@@ -73,6 +86,8 @@ def tiny_model(
     import transformers  # deferred: transformers takes seconds to import
 
     config = tiny_config(model_type, num_labels=num_labels, **overrides)
+    if head not in available_heads(config):
+        raise GhostifyError(f"transformers has no {head} head for {model_type} models")
     if num_labels == 1:
         config.problem_type = "regression"
     torch.manual_seed(seed)
@@ -80,6 +95,11 @@ def tiny_model(
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
     model = auto.from_config(config, **kwargs)
     return model.eval()
+
+
+def ships_head(model_type: str, head: str) -> bool:
+    """Whether transformers has ``head`` for ``model_type`` (a test of every head skips the others)."""
+    return head in available_heads(tiny_config(model_type))
 
 
 def tiny_batch(batch_size: int = 3, seq_len: int = 9, *, seed: int = 0, padded: bool = True) -> dict[str, torch.Tensor]:

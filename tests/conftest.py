@@ -16,7 +16,12 @@ GLUE = SHARED / "data" / "glue"
 ALL_FAMILIES = list(FAMILIES)
 HEADS = ["base", "sequence-classification", "token-classification", "question-answering", "masked-lm"]
 #: families whose attention goes through transformers' attention interface (eager and SDPA)
-SDPA_FAMILIES = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "albert"]
+SDPA_FAMILIES = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "albert",
+                 "roberta-prelayernorm", "xlm-roberta-xl", "modernbert", "eurobert", "gte", "nomic_bert",
+                 "jina_embeddings_v3"]
+#: the families of issue 13 (fused Q/K/V, gated FFNs, grouped-query attention, RoPE, pre-norm)
+NEW_FAMILIES = ["roberta-prelayernorm", "xlm-roberta-xl", "modernbert", "eurobert", "gte", "nomic_bert",
+                "jina_embeddings_v3"]
 
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -48,6 +53,7 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
     """Run the CLI in-process; returns (exit code, stdout, stderr)."""
     from ghostify.cli.app import main
 
+    capsys.readouterr()  # drop what the test printed before (transformers' save progress bars)
     code = main([str(a) for a in args])
     captured = capsys.readouterr()
     return code, captured.out, captured.err

@@ -12,7 +12,7 @@ import torch
 from ghostify.architectures import get_adapter
 from ghostify.checkpoint import load_model
 from ghostify.data.sop import IGNORE, add_sop_inputs, sop_collator, two_segments
-from ghostify.testing import TOY_WORDS, tiny_batch, tiny_checkpoint, tiny_tokenizer, write_toy_dataset
+from ghostify.testing import TOY_WORDS, tiny_batch, tiny_checkpoint, tiny_config, tiny_tokenizer, write_toy_dataset
 
 from .conftest import ALL_FAMILIES, run_cli
 
@@ -42,8 +42,8 @@ def pairs(tmp_path_factory):
 # ---- dropout ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("family", ALL_FAMILIES)
 def test_dropout_zero_makes_training_mode_deterministic(tmp_path, family):
-    tiny_checkpoint(tmp_path / "m", family, hidden_dropout_prob=0.3, attention_probs_dropout_prob=0.3) \
-        if family != "distilbert" else tiny_checkpoint(tmp_path / "m", family, dropout=0.3, attention_dropout=0.3)
+    adapter = get_adapter(tiny_config(family))
+    tiny_checkpoint(tmp_path / "m", family, **{a: 0.3 for a in adapter.dropout_attrs + adapter.attention_dropout_attrs})
     batch = tiny_batch()
 
     def two_forwards(model):

@@ -9,7 +9,7 @@ from ghostify.architectures import get_adapter
 from ghostify.methods.pruning import compute_importance, gated, prune_model
 from ghostify.methods.pruning.apply import dense_record
 from ghostify.methods.pruning.importance import per_example_loss
-from ghostify.testing import FFN, HEADS, tiny_batch, tiny_model
+from ghostify.testing import FFN, tiny_batch, tiny_model
 
 from .conftest import ALL_FAMILIES, SDPA_FAMILIES
 
@@ -36,9 +36,10 @@ def test_zeroed_gates_equal_physical_pruning(family, attn):
     adapter = get_adapter(model.config)
     batch = tiny_batch()
     n_layers = len(adapter.layers(model))
-    keep_heads = [[2, 0], [3]] if n_layers == 2 else [[1, 3]]
-    keep_neurons = [[0, 5, 7, 30, 36], list(range(0, FFN, 2))][:n_layers]
-    head_gates = [torch.zeros(HEADS) for _ in range(n_layers)]
+    units = adapter.num_units(model.config)  # heads, or key/value groups (EuroBERT)
+    keep_heads = [[units - 1, 0], [units - 1], [1]][:n_layers]  # reordered, one, another one
+    keep_neurons = [[0, 5, 7, 30, 36], list(range(0, FFN, 2)), [1, 2, 3]][:n_layers]
+    head_gates = [torch.zeros(units) for _ in range(n_layers)]
     ffn_gates = [torch.zeros(FFN) for _ in range(n_layers)]
     for i in range(n_layers):
         head_gates[i][keep_heads[i]] = 1.0
@@ -63,18 +64,21 @@ def test_importance_matches_finite_differences(family):
 
     def losses(layer: int, unit: int, kind: str, value: float) -> torch.Tensor:
         n_layers = len(adapter.layers(model))
-        heads = [torch.ones(HEADS, dtype=torch.float64) for _ in range(n_layers)]
+        heads = [torch.ones(adapter.num_units(model.config), dtype=torch.float64) for _ in range(n_layers)]
         ffn = [torch.ones(FFN, dtype=torch.float64) for _ in range(n_layers)]
         (heads if kind == "head" else ffn)[layer][unit] = value
         with torch.no_grad(), gated(model, adapter, heads=heads, ffn=ffn):
             return per_example_loss(model(**batch).logits, labels, regression=False)
 
-    eps = 1e-4
-    for kind, layer, unit in [("head", 0, 1), ("head", len(scores.heads) - 1, 3), ("ffn", 0, 4), ("ffn", 0, 20)]:
+    # EuroBERT's RMSNorm computes in float32 even in a float64 model: its rounding (~1e-7, and
+    # thread-dependent) would swamp a difference quotient over a small step
+    eps, rel = (3e-2, 2e-3) if family == "eurobert" else (1e-4, 1e-4)
+    last_unit = adapter.num_units(model.config) - 1
+    for kind, layer, unit in [("head", 0, 1), ("head", len(scores.heads) - 1, last_unit), ("ffn", 0, 4), ("ffn", 0, 20)]:
         derivative = (losses(layer, unit, kind, 1 + eps) - losses(layer, unit, kind, 1 - eps)) / (2 * eps)
         expected = derivative.abs().mean().item()
         got = (scores.heads if kind == "head" else scores.ffn)[layer][unit].item()
-        assert got == pytest.approx(expected, rel=1e-4, abs=1e-9), (kind, layer, unit)
+        assert got == pytest.approx(expected, rel=rel, abs=1e-9), (kind, layer, unit)
 
 
 def test_importance_does_not_depend_on_batch_size():

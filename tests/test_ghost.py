@@ -324,7 +324,10 @@ def test_v_starts_as_a_no_op(family):
     batch = tiny_batch()
     before = model(**batch).last_hidden_state
     attach_ghosts(model, GhostSettings(positions="v", features=2))
-    torch.testing.assert_close(model(**batch).last_hidden_state, before, atol=1e-5, rtol=1e-5)
+    # real tokens: a padded query row whose window holds only padding (ModernBERT's sliding
+    # layers) is undefined, and SDPA and the eager kernel fill it differently
+    real = batch["attention_mask"].bool()
+    torch.testing.assert_close(model(**batch).last_hidden_state[real], before[real], atol=1e-5, rtol=1e-5)
 
 
 def test_features_and_ghost_heads_start_different():

@@ -15,7 +15,7 @@ from ghostify import GhostifyError, load_model
 from ghostify.architectures import get_adapter
 from ghostify.flops import count_params, measure
 from ghostify.methods.ghost import GhostSettings, attach_ghosts
-from ghostify.methods.grouped.apply import _axis_names, group_linear
+from ghostify.methods.grouped.apply import _axis_names, group_linear, why_not_permutable
 from ghostify.methods.grouped.modules import GroupedLinear
 from ghostify.methods.grouped.settings import MODULES
 from ghostify.methods.pruning.apply import dense_record
@@ -36,6 +36,13 @@ def _tiny(family: str, head: str = "base"):
     return tiny_model(family, head, **_ffn(family))
 
 
+def _permutable(family: str, modules: list[str]) -> bool:
+    """Whether --permute works on these modules of the family (fused and grouped-query ones refuse)."""
+    model = _tiny(family)
+    adapter = get_adapter(model.config)
+    return why_not_permutable(adapter, model.config, adapter.paths_for_layer(adapter.layers(model)[0]), modules) is None
+
+
 def _masked_dense(model, result, modules):
     """The dense model with every weight outside the blocks zeroed, in the original channel order."""
     dense = copy.deepcopy(model)
@@ -50,11 +57,20 @@ def _masked_dense(model, result, modules):
 
     for layer, grouping in zip(adapter.layers(dense), result.layers):
         paths = adapter.paths_for_layer(layer)
+
+        def order(axis: str, size: int) -> torch.Tensor:
+            # a side with its own width (grouped-query K/V, a fused FFN) is never permuted
+            found = grouping.orders.get(axis)
+            return found if found is not None and found.numel() == size else torch.arange(size)
+
         for name in modules:
             for attr in MODULES[name]:
+                if getattr(paths, attr) is None:
+                    continue
                 linear = adapter.submodule(layer, getattr(paths, attr))
                 rows, cols = _axis_names(attr)
-                mask = labels(grouping.orders[rows])[:, None] == labels(grouping.orders[cols])[None, :]
+                mask = (labels(order(rows, linear.out_features))[:, None]
+                        == labels(order(cols, linear.in_features))[None, :])
                 with torch.no_grad():
                     linear.weight.mul_(mask)
     return dense
@@ -144,6 +160,10 @@ def test_grouped_model_equals_the_masked_dense_model(family, modules, permute):
     adapter = get_adapter(model.config)
     before = measure(model, seq_len=16)
     grouped = copy.deepcopy(model)
+    if permute and why_not_permutable(adapter, model.config, adapter.paths_for_layer(adapter.layers(model)[0]), modules):
+        with pytest.raises(GhostifyError, match="pass --no-permute"):
+            group_linear(grouped, adapter, dense_record(grouped, adapter), groups=4, modules=modules, permute=permute)
+        return
     result = group_linear(grouped, adapter, dense_record(grouped, adapter), groups=4, modules=modules, permute=permute)
     reference = _masked_dense(model, result, modules)
     batch = tiny_batch()
@@ -152,7 +172,9 @@ def test_grouped_model_equals_the_masked_dense_model(family, modules, permute):
         expected = reference(**batch).last_hidden_state
         unmasked = model(**batch).last_hidden_state
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
-    assert (out - unmasked).abs().max() > 1e-2  # the zeroed blocks matter: the comparison can fail
+    # the zeroed blocks matter (100x the tolerance; a gated FFN's product of two small initial
+    # projections moves the output least): the comparison can fail
+    assert (out - unmasked).abs().max() > 1e-3
     assert result.fraction("kept") >= result.fraction("kept_identity")
     if not permute:
         assert result.fraction("kept") == result.fraction("kept_identity")
@@ -166,6 +188,8 @@ def test_grouped_model_equals_the_masked_dense_model(family, modules, permute):
         paths = adapter.paths_for_layer(layer)
         for name in modules:
             for attr in MODULES[name]:
+                if getattr(paths, attr) is None:
+                    continue
                 w = adapter.submodule(layer, getattr(paths, attr)).weight
                 dense_weights += w.numel()
                 applications += times * w.numel()
@@ -176,13 +200,14 @@ def test_grouped_model_equals_the_masked_dense_model(family, modules, permute):
 @pytest.mark.parametrize("family", ALL_FAMILIES)
 def test_save_load_is_exact_and_info_reports_groups(family, tmp_path, capsys):
     tiny_checkpoint(tmp_path / "m", family, **_ffn(family))
-    record = group_linear_step(tmp_path / "m", tmp_path / "g", groups=2, modules="qkv,o,ffn")
+    permute = _permutable(family, ["qkv", "o", "ffn"])
+    record = group_linear_step(tmp_path / "m", tmp_path / "g", groups=2, modules="qkv,o,ffn", permute=permute)
     assert record.grouped["groups"] == 2 and record.grouped["modules"] == ["qkv", "o", "ffn"]
     assert record.grouped["kept_norm"] >= record.grouped["kept_norm_identity"]
     # the same steps in memory give the same model as the saved and loaded one
     net = load_model(tmp_path / "m")
     adapter = get_adapter(net.config)
-    group_linear(net, adapter, dense_record(net, adapter), groups=2, modules=["qkv", "o", "ffn"])
+    group_linear(net, adapter, dense_record(net, adapter), groups=2, modules=["qkv", "o", "ffn"], permute=permute)
     loaded = load_model(tmp_path / "g")
     assert type(loaded) is type(net)
     own, back = net.state_dict(), loaded.state_dict()
@@ -216,7 +241,8 @@ def test_prune_then_group_works_and_group_then_prune_is_refused(tmp_path, capsys
 @pytest.mark.parametrize("family", ALL_FAMILIES)
 def test_attach_ghost_after_group_linear(family, tmp_path):
     tiny_checkpoint(tmp_path / "m", family, **_ffn(family))
-    group_linear_step(tmp_path / "m", tmp_path / "g", groups=4, modules="qkv,o,ffn")
+    group_linear_step(tmp_path / "m", tmp_path / "g", groups=4, modules="qkv,o,ffn",
+                      permute=_permutable(family, ["qkv", "o", "ffn"]))
     record = attach_ghost(tmp_path / "g", tmp_path / "gh", positions="o,ffn2")
     assert record.ghost and record.grouped
     grouped, ghosted = load_model(tmp_path / "g"), load_model(tmp_path / "gh")

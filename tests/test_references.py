@@ -13,10 +13,17 @@ from torch.nn import functional as F
 from ghostify.architectures import get_adapter
 from ghostify.checkpoint import load_model, model_record, save_checkpoint
 from ghostify.errors import GhostifyError
-from ghostify.methods.references import REFERENCES_NAME, ReferenceStore, find_references, install_references, nearest
+from ghostify.methods.references import (
+    REFERENCES_NAME,
+    ReferenceStore,
+    check_reference_family,
+    find_references,
+    install_references,
+    nearest,
+)
 from ghostify.methods.references.apply import reference_record
 from ghostify.record import RECORD_KEY
-from ghostify.testing import tiny_batch, tiny_checkpoint, tiny_model, write_toy_dataset
+from ghostify.testing import tiny_batch, tiny_checkpoint, tiny_config, tiny_model, write_toy_dataset
 
 from .conftest import ALL_FAMILIES, SDPA_FAMILIES, run_cli
 
@@ -35,6 +42,32 @@ def _store(dt: int = 24, seed: int = 0) -> ReferenceStore:
                           last=torch.randn(total, dt, generator=g).half(), offsets=offsets,
                           input_ids=torch.randint(5, 99, (total,), generator=g), keys=keys,
                           neighbours=nearest(keys, keys, exclude_self=True))
+
+
+def _refusal(family: str) -> str | None:
+    config = tiny_config(family)
+    try:
+        check_reference_family(get_adapter(config), config)
+    except GhostifyError as exc:
+        return str(exc)
+    return None
+
+
+#: RoPE, pre-norm, fused-QKV and grouped-query families refuse references (tested below)
+REFERENCE_FAMILIES = [f for f in ALL_FAMILIES if _refusal(f) is None]
+
+
+@pytest.mark.parametrize("family", [f for f in ALL_FAMILIES if f not in REFERENCE_FAMILIES])
+def test_families_without_reference_support_are_refused_in_one_line(family, tmp_path, capsys):
+    assert "distill without --references" in _refusal(family)
+    with pytest.raises(GhostifyError, match="not supported for"):  # the Python API
+        install_references(tiny_model(family), teacher_hidden=24, delta=DELTA)
+    tiny_checkpoint(tmp_path / "m", family)
+    write_toy_dataset(tmp_path / "data", train=8, validation=4)
+    code, _, err = run_cli(capsys, "distill", "--teacher", tmp_path / "m", "--student", tmp_path / "m",
+                           "-o", tmp_path / "out", "--dataset", tmp_path / "data", "--references")
+    assert code != 0 and len(err.strip().splitlines()) == 1 and "not supported for" in err, err
+    assert not (tmp_path / "out").exists()
 
 
 def _with_references(family: str, head: str = "base", dt: int = 24):
@@ -85,7 +118,7 @@ def _by_hand(model, x, mask, ref_k_in=None, ref_v_in=None, ref_mask=None):
     return out.transpose(1, 2).reshape(x.size(0), x.size(1), -1)
 
 
-@pytest.mark.parametrize("family", ALL_FAMILIES)
+@pytest.mark.parametrize("family", REFERENCE_FAMILIES)
 def test_empty_reference_is_delta_shifted_attention(family, monkeypatch):
     """With an EMPTY reference the first layer is ordinary attention whose weights drop by δ at
     real keys: against the family's own eager code with that shift applied to its first softmax,
@@ -115,7 +148,7 @@ def test_empty_reference_is_delta_shifted_attention(family, monkeypatch):
         torch.testing.assert_close(heads[mask], _by_hand(model, x, batch["attention_mask"])[mask], atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("family", SDPA_FAMILIES)
+@pytest.mark.parametrize("family", [f for f in SDPA_FAMILIES if f in REFERENCE_FAMILIES])
 def test_reference_keys_and_values_by_hand(family):
     """Keys: the teacher's embedding output of the reference through the student's key weights;
     values: its last layer through the value weights; its padding is masked."""

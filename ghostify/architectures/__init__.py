@@ -6,10 +6,13 @@ from __future__ import annotations
 from ..errors import UnsupportedModelError
 from .albert import AlbertAdapter
 from .base import ArchitectureAdapter, ConfigGroups, LayerPaths, group_of_step
-from .bert import BertAdapter, ElectraAdapter, RobertaAdapter
+from .bert import BertAdapter, ElectraAdapter, PreLayerNormRobertaAdapter, RobertaAdapter, XlmRobertaXlAdapter
 from .deberta_v2 import DebertaV2Adapter
 from .distilbert import DistilBertAdapter
+from .modernbert import ModernBertAdapter
 from .mpnet import MPNetAdapter
+from .projections import Cut, attention_cuts, attention_units, ffn_cuts, ffn_units
+from .rotary import EuroBertAdapter, GteAdapter, JinaEmbeddingsV3Adapter, NomicBertAdapter
 
 _ADAPTERS: tuple[type[ArchitectureAdapter], ...] = (
     BertAdapter,
@@ -19,6 +22,13 @@ _ADAPTERS: tuple[type[ArchitectureAdapter], ...] = (
     AlbertAdapter,
     DebertaV2Adapter,
     MPNetAdapter,
+    PreLayerNormRobertaAdapter,
+    XlmRobertaXlAdapter,
+    ModernBertAdapter,
+    EuroBertAdapter,
+    GteAdapter,
+    NomicBertAdapter,
+    JinaEmbeddingsV3Adapter,
 )
 _BY_TYPE = {model_type: cls for cls in _ADAPTERS for model_type in cls.model_types}
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(_BY_TYPE)
@@ -35,4 +45,5 @@ def get_adapter(config) -> ArchitectureAdapter:
     return _BY_TYPE[model_type]().bind(config)
 
 
-__all__ = ["ArchitectureAdapter", "ConfigGroups", "LayerPaths", "SUPPORTED_MODEL_TYPES", "get_adapter", "group_of_step"]
+__all__ = ["ArchitectureAdapter", "ConfigGroups", "Cut", "LayerPaths", "SUPPORTED_MODEL_TYPES", "attention_cuts", "attention_units",
+           "ffn_cuts", "ffn_units", "get_adapter", "group_of_step"]

@@ -18,11 +18,11 @@ from torch import nn
 class LayerPaths:
     """Submodule paths inside one encoder layer (relative to the layer module)."""
 
-    query: str
-    key: str
-    value: str
+    query: str | None  # None when ``qkv`` fuses the three projections
+    key: str | None
+    value: str | None
     attention_output: str  # the projection O whose input is the concatenated heads
-    ffn_up: str  # FFN1: hidden -> d_ff
+    ffn_up: str  # FFN1: hidden -> d_ff (gated FFNs: the branch multiplied by the gate)
     ffn_down: str  # FFN2: d_ff -> hidden
     attention: str  # the module that owns the head-count attributes
     # further projections whose *outputs* are laid out per head (DeBERTa's relative-position ones)
@@ -30,6 +30,32 @@ class LayerPaths:
     # the module whose output is the hidden state after the attention block (after its residual
     # and LayerNorm); a tuple output's first element is used
     attention_block: str = "attention"
+    # pre-norm layers: the hidden state after the attention residual is the *input* of this module
+    # (the FFN's norm), since no module outputs it
+    attention_block_is_input: bool = False
+    # one fused projection for Q, K and V (ModernBERT's ``Wqkv``): rows are all query heads, then
+    # all key heads, then all value heads
+    qkv: str | None = None
+    # a gated FFN's separate gate projection (``gate_proj``): its rows pair with ``ffn_up``'s
+    ffn_gate: str | None = None
+    # ``ffn_up`` itself is gated: its 2·d_ff rows are [input half; gate half] (ModernBERT's ``Wi``)
+    ffn_up_gated: bool = False
+
+    @property
+    def head_outputs(self) -> tuple[str, ...]:
+        """The projections whose outputs are laid out per head (fused: the one ``qkv``)."""
+        separate = (self.qkv,) if self.qkv else (self.query, self.key, self.value)
+        return (*separate, *self.extra_head_outputs)
+
+    @property
+    def ffn_inputs(self) -> tuple[str, ...]:
+        """The projections whose outputs are FFN neurons (gated: the up and the gate projection)."""
+        return (self.ffn_up, self.ffn_gate) if self.ffn_gate else (self.ffn_up,)
+
+    @property
+    def fused(self) -> bool:
+        """Whether a projection holds more than one kind of unit (fused Q/K/V, fused input/gate)."""
+        return self.qkv is not None or self.ffn_up_gated
 
 
 @dataclass(frozen=True)
@@ -64,6 +90,8 @@ class ArchitectureAdapter:
     hidden_size_key: str = "hidden_size"
     ffn_size_key: str = "intermediate_size"
     num_layers_key: str = "num_hidden_layers"
+    #: grouped-query attention: the config key of the number of key/value heads (None: one per head)
+    num_kv_heads_key: str | None = None
     head_size_key: str | None = None
     embedding_size_key: str | None = None
     #: the layer modules relative to ``model.base_model``, one slot per step of the forward pass
@@ -84,6 +112,12 @@ class ArchitectureAdapter:
     #: heads) and of the dropout on attention probabilities; read when the model is built
     dropout_attrs: tuple[str, ...] = ("hidden_dropout_prob", "classifier_dropout")
     attention_dropout_attrs: tuple[str, ...] = ("attention_probs_dropout_prob",)
+    #: whether attention applies rotary position embeddings to queries and keys inside each layer
+    rotary: bool = False
+    #: whether each block normalises its input (pre-norm) rather than its output
+    pre_norm: bool = False
+    #: why the layers cannot be shared across depth (None: they can); ``share-layers`` refuses with it
+    layers_not_interchangeable: str | None = None
 
     # ----- configuration -------------------------------------------------------------------
     def num_heads(self, config) -> int:
@@ -92,6 +126,26 @@ class ArchitectureAdapter:
     def head_size(self, config) -> int:
         explicit = getattr(config, self.head_size_key, None) if self.head_size_key else None
         return int(explicit or self.hidden_size(config) // self.num_heads(config))
+
+    def heads_per_unit(self, config) -> int:
+        """Query heads per attention unit: the heads that share one key/value head (1 without GQA)."""
+        if self.num_kv_heads_key is None:
+            return 1
+        kv = getattr(config, self.num_kv_heads_key, None) or self.num_heads(config)
+        return self.num_heads(config) // int(kv)
+
+    def num_units(self, config) -> int:
+        """Attention units per dense layer: what importance scores and pruning count, and what
+        ``record.heads`` lists. A unit is one head, or with GQA one key/value head with its query heads."""
+        return self.num_heads(config) // self.heads_per_unit(config)
+
+    def unit_noun(self, config) -> str:
+        """What one attention unit is called in messages."""
+        return "head" if self.heads_per_unit(config) == 1 else "key/value group"
+
+    def unit_width(self, config) -> int:
+        """Channels of one unit in the attention output projection's input (its query heads' outputs)."""
+        return self.heads_per_unit(config) * self.head_size(config)
 
     def ffn_size(self, config) -> int:
         return int(getattr(config, self.ffn_size_key))

@@ -1,4 +1,5 @@
-"""BERT and the families that share its module layout (RoBERTa, XLM-R, CamemBERT, ELECTRA)."""
+"""BERT and the families that share its module layout (RoBERTa, XLM-R, CamemBERT, ELECTRA, and the
+pre-layer-norm RoBERTa and XLM-R XL, whose attention module still returns the residual sum)."""
 
 from __future__ import annotations
 
@@ -36,3 +37,19 @@ class ElectraAdapter(BertAdapter):
     dropout_attrs = ("hidden_dropout_prob", "classifier_dropout", "summary_last_dropout")
     embedding_paths = ("embeddings", "embeddings_project")
     embedding_size_key = "embedding_size"
+
+
+class PreLayerNormRobertaAdapter(BertAdapter):
+    """RoBERTa-PreLayerNorm: BERT's projections, LayerNorm before each block."""
+
+    model_types = ("roberta-prelayernorm",)
+    family = "RoBERTa-PreLayerNorm"
+    pre_norm = True
+
+
+class XlmRobertaXlAdapter(BertAdapter):
+    """XLM-RoBERTa-XL: BERT's projections, LayerNorm before each block."""
+
+    model_types = ("xlm-roberta-xl",)
+    family = "XLM-RoBERTa-XL"
+    pre_norm = True

@@ -58,7 +58,7 @@ def needs_code(model: nn.Module, record: Any) -> bool:
     adapter = get_adapter(model.config)
     if any(getattr(record, m.record_key, None) for m in METHODS if m.tracked):
         return True
-    full = list(range(adapter.num_heads(model.config)))
+    full = list(range(adapter.num_units(model.config)))
     # all heads kept in another order is stock unless the family has per-head state outside the
     # projections (a shared position bias), whose columns a stock model would not reorder
     reordered = any(list(h) != full for h in record.heads)

@@ -69,6 +69,6 @@ def _check_model(config, settings: GhostSettings) -> None:
     check_order("ghost", record)
     check_family(adapter, settings, config.model_type)
     settings.check_model(max_positions=max_positions(config))
-    num_heads = adapter.num_heads(config)
-    if "v" in settings.positions and (record is None or all(h >= num_heads for h in record.heads_per_layer)):
-        raise no_pruned_heads(num_heads)
+    units = adapter.num_units(config)
+    if "v" in settings.positions and (record is None or all(h >= units for h in record.heads_per_layer)):
+        raise no_pruned_heads(adapter.num_heads(config))

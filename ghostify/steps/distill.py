@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from ..architectures import get_adapter
+from ..checkpoint import load_config
 from ..files import check_disjoint, check_output_dir
+from ..methods.references import check_reference_family
 from ..flatten import flat_settings
 from ..seeding import seed_everything
 from ..settings import DataSettings, DistillWeights, StudentSettings, TrainSettings
@@ -63,6 +65,9 @@ def distill(
     check_disjoint([partial_dir(Path(output))], inputs)  # where the run's state lives meanwhile
     check_max_length(data.max_length, teacher, student)
     check_same_tokenizer(teacher, student)  # before any model is loaded or OUT.partial made
+    if references:
+        student_config = load_config(student)
+        check_reference_family(get_adapter(student_config), student_config)
     seed_everything(training.seed)  # before new heads, projections, the SOP classifier and the reference map are drawn
     evaluate = losses.logit_weight > 0
     task = task_inputs(student, data, seed=training.seed, evaluate=evaluate, require_labels=False,

@@ -75,11 +75,12 @@ def _check_widths(config, heads_width, allocation: str) -> None:
     """Fail before loading any weights when the settings cannot work."""
     record = read_record(config)
     check_order("pruning", record)
-    num_heads = get_adapter(config).num_heads(config)
-    if heads_for_width(num_heads, heads_width) < 1:
+    adapter = get_adapter(config)
+    units, noun = adapter.num_units(config), adapter.unit_noun(config)
+    if heads_for_width(units, heads_width) < 1:
         raise GhostifyError(
-            f"width {heads_width} keeps no head of {num_heads} (floor({num_heads} x {heads_width}) = 0); "
-            f"the smallest width is 1/{num_heads}"
+            f"width {heads_width} keeps no {noun} of {units} (floor({units} x {heads_width}) = 0); "
+            f"the smallest width is 1/{units}"
         )
     if allocation not in ALLOCATIONS:
         raise GhostifyError(f"unknown --allocation {allocation!r}; choose one of {', '.join(ALLOCATIONS)}")

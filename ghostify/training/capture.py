@@ -53,10 +53,17 @@ def capture(model: nn.Module, *, attention_blocks: bool = True, scores: bool = F
     def keep(module, args, output):
         captured.attention_blocks.append(output[0] if isinstance(output, tuple) else output)
 
+    def keep_input(module, args):
+        captured.attention_blocks.append(args[0])
+
     if attention_blocks:
         for layer in adapter.layers(model):
-            block = layer.get_submodule(adapter.paths_for_layer(layer).attention_block)
-            handles.append(block.register_forward_hook(keep))
+            paths = adapter.paths_for_layer(layer)
+            block = layer.get_submodule(paths.attention_block)
+            if paths.attention_block_is_input:  # pre-norm: the residual sum is the FFN norm's input
+                handles.append(block.register_forward_pre_hook(keep_input))
+            else:
+                handles.append(block.register_forward_hook(keep))
     try:
         with recording_scores(captured.scores if scores else None):
             yield captured

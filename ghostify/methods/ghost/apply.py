@@ -185,14 +185,13 @@ def _plan_layer(adapter: ArchitectureAdapter, config: Any, layer: nn.Module, ind
     paths = adapter.paths_for_layer(layer)
     head_size = adapter.head_size(config)
     num_heads = adapter.num_heads(config)
-    query = _linear(adapter, layer, paths.query, index)
     o_proj = _linear(adapter, layer, paths.attention_output, index)
-    kept = query.out_features // head_size
-    if o_proj.in_features != kept * head_size:
+    if o_proj.in_features % head_size:
         raise GhostifyError(
-            f"layer {index}: the output projection takes {o_proj.in_features} features but {kept} heads of "
-            f"{head_size} give {kept * head_size}; the model's structure does not match its config"
+            f"layer {index}: the output projection takes {o_proj.in_features} features, not a multiple of the "
+            f"head size {head_size}; the model's structure does not match its config"
         )
+    kept = o_proj.in_features // head_size  # query heads (grouped-query attention: whole groups of them)
     parts = kept if settings.per_head else 1  # heads (FFN folds) with their own kernels
     edits: list[_Edit] = []
     ghost_heads = None
@@ -207,7 +206,7 @@ def _plan_layer(adapter: ArchitectureAdapter, config: Any, layer: nn.Module, ind
         edits.append(_Edit(layer, paths.attention_output, ghost_projection(o_proj, context, ghost, parts=parts, ghost_heads=ghost_heads)))
     if "qk" in positions:
         _attention(adapter, layer, paths.attention, index)
-        edits.append(_Edit(layer, paths.attention, build.maps(parts, query), child="ghost_qk"))
+        edits.append(_Edit(layer, paths.attention, build.maps(parts, o_proj), child="ghost_qk"))
     if "ffn1" in positions:
         up = _linear(adapter, layer, paths.ffn_up, index)
         edits.append(_Edit(layer, paths.ffn_up, ghost_projection(up, context, build.conv(up.out_features, up))))

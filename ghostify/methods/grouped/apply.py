@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...architectures import ArchitectureAdapter, LayerPaths
+from ...architectures import ArchitectureAdapter, LayerPaths, attention_units, ffn_units
 from ...errors import GhostifyError
 from ..pruning.modules import prune_layer
 from .modules import _RUNTIME_INPUT, _RUNTIME_OUTPUT, GroupedLinear, share_qkv_gather
@@ -160,8 +160,19 @@ def _order(labels: torch.Tensor) -> torch.Tensor:
 # applying and restoring
 # ----------------------------------------------------------------------------------------------
 def _paths_of(modules: Sequence[str], paths: LayerPaths) -> list[tuple[str, str]]:
-    """(LayerPaths attribute, submodule path) of every chosen projection."""
-    return [(attr, getattr(paths, attr)) for name in modules for attr in MODULES[name]]
+    """(LayerPaths attribute, submodule path) of every chosen projection the family has."""
+    return [(attr, getattr(paths, attr)) for name in modules for attr in MODULES[name] if getattr(paths, attr)]
+
+
+def why_not_permutable(adapter: ArchitectureAdapter, config, paths: LayerPaths, modules: Sequence[str]) -> str | None:
+    """What in the chosen modules has no free channel order to co-cluster (None: all can be permuted)."""
+    if "qkv" in modules and paths.qkv:
+        return f"{adapter.family} fuses Q, K and V into one projection ({paths.qkv})"
+    if "qkv" in modules and adapter.heads_per_unit(config) > 1:
+        return f"{adapter.family}'s keys and values have fewer heads than its queries (grouped-query attention)"
+    if "ffn" in modules and paths.ffn_up_gated:
+        return f"{adapter.family} fuses the FFN's input and gate halves into one projection ({paths.ffn_up})"
+    return None
 
 
 def _layer_problem(adapter: ArchitectureAdapter, layer: nn.Module, index: int, path: str) -> nn.Linear:
@@ -190,8 +201,13 @@ def group_linear(
     Returns the channel orders and the kept fraction of the squared Frobenius norm.
     """
     result = GroupingResult(groups=groups, modules=list(modules), permute=permute)
-    head_size = adapter.head_size(model.config)
+    config = model.config
+    unit_width = adapter.unit_width(config)
     layers = adapter.layers(model)
+    problem = why_not_permutable(adapter, config, adapter.paths_for_layer(layers[0]), modules) if permute and layers else None
+    if problem:
+        raise GhostifyError(f"--permute cannot co-cluster --modules {','.join(modules)}: {problem}; "
+                            "pass --no-permute to group the channels in their own order")
     # check every layer before touching any
     planned = []
     for index, layer in enumerate(layers):
@@ -199,11 +215,12 @@ def group_linear(
         linears = {attr: _layer_problem(adapter, layer, index, path) for attr, path in _paths_of(modules, paths)}
         widths: dict[str, set[int]] = {}
         for name in modules:
-            widths[name] = {d for attr in MODULES[name] for d in (linears[attr].in_features, linears[attr].out_features)}
+            widths[name] = {d for attr in MODULES[name] if attr in linears
+                            for d in (linears[attr].in_features, linears[attr].out_features)}
         check_groups(groups, widths)
         planned.append((layer, paths, linears))
     for index, (layer, paths, linears) in enumerate(planned):
-        axes, matrices = _problem(linears, head_size)
+        axes, matrices = _problem(linears, unit_width)
         if permute:
             labels, kept, identity = co_cluster(axes, matrices, groups)
         else:
@@ -214,12 +231,11 @@ def group_linear(
         result.layers.append(LayerGrouping(orders=orders, kept=kept, kept_identity=identity, total=total))
         # free orders: reorder whole heads and the FFN's intermediate channels in the dense weights
         if permute and ("heads" in orders or "inter" in orders):
-            query = adapter.submodule(layer, paths.query)
-            n_heads = query.out_features // head_size
-            ffn = adapter.submodule(layer, paths.ffn_up).out_features
-            head_order = orders["heads"][::head_size] // head_size if "heads" in orders else torch.arange(n_heads)
+            n_units = attention_units(adapter, layer, config)
+            ffn = ffn_units(adapter, layer)
+            head_order = orders["heads"][::unit_width] // unit_width if "heads" in orders else torch.arange(n_units)
             inter_order = orders.get("inter", torch.arange(ffn)).tolist()
-            record.heads[index] = prune_layer(adapter, layer, head_order.tolist(), inter_order, head_size, record.heads[index])
+            record.heads[index] = prune_layer(adapter, layer, config, head_order.tolist(), inter_order, record.heads[index])
         # run-time orders: the residual stream
         for attr, path in _paths_of(modules, paths):
             linear = adapter.submodule(layer, path)
@@ -236,22 +252,31 @@ def _axis_names(attr: str) -> tuple[str, str]:
         "query": ("heads", "attn_in"),
         "key": ("heads", "attn_in"),
         "value": ("heads", "attn_in"),
+        "qkv": ("qkv", "attn_in"),
         "attention_output": ("attn_out", "heads"),
         "ffn_up": ("inter", "ffn_in"),
+        "ffn_gate": ("inter", "ffn_in"),
         "ffn_down": ("ffn_out", "inter"),
     }[attr]
 
 
-def _problem(linears: dict[str, nn.Linear], head_size: int) -> tuple[dict[str, _Axis], list[_Matrix]]:
-    """The axes (heads move whole) and squared weights of one layer's co-clustering."""
+def _problem(linears: dict[str, nn.Linear], unit_width: int) -> tuple[dict[str, _Axis], list[_Matrix]]:
+    """The axes (attention units move whole) and squared weights of one layer's co-clustering.
+
+    A side whose width differs from its axis's (grouped-query keys and values, a fused gated FFN's
+    two halves) gets an axis of its own; such layers are never permuted (``why_not_permutable``), so
+    only their kept norm is computed."""
     axes: dict[str, _Axis] = {}
     matrices = []
     for attr, linear in linears.items():
-        rows, cols = _axis_names(attr)
+        names = []
+        for name, size in zip(_axis_names(attr), (linear.out_features, linear.in_features)):
+            if name in axes and axes[name].size != size:
+                name = f"{name}/{size}"
+            axes.setdefault(name, _Axis(size, unit_width if name == "heads" else 1))
+            names.append(name)
         sq = linear.weight.detach().to("cpu", torch.float64).square()
-        matrices.append(_Matrix(sq, rows, cols))
-        for name, size in ((rows, linear.out_features), (cols, linear.in_features)):
-            axes.setdefault(name, _Axis(size, head_size if name == "heads" else 1))
+        matrices.append(_Matrix(sq, *names))
     return axes, matrices
 
 

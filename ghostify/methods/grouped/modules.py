@@ -12,7 +12,7 @@ from torch import nn
 from ...architectures import ArchitectureAdapter, LayerPaths
 
 #: which side of each projection is the residual stream (a run-time gather when permuted)
-_RUNTIME_INPUT = {"query", "key", "value", "ffn_up"}
+_RUNTIME_INPUT = {"query", "key", "value", "qkv", "ffn_up", "ffn_gate"}
 
 
 _RUNTIME_OUTPUT = {"attention_output", "ffn_down"}
@@ -192,6 +192,8 @@ def diagonal_blocks(weight: torch.Tensor, groups: int) -> torch.Tensor:
 
 def share_qkv_gather(adapter: ArchitectureAdapter, layer: nn.Module, paths: LayerPaths) -> None:
     """Q, K and V read the same hidden states in the same order: gather them once, not three times."""
+    if paths.qkv:
+        return  # one fused projection: one gather already
     modules = [adapter.submodule(layer, p) for p in (paths.query, paths.key, paths.value)]
     if all(isinstance(m, GroupedLinear) and m.input_index is not None for m in modules):
         if all(torch.equal(m.input_index, modules[0].input_index) for m in modules):

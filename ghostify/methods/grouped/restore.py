@@ -48,6 +48,8 @@ def _share_on_load(adapter: ArchitectureAdapter, layer: nn.Module) -> None:
     """On load the index buffers are filled only afterwards (strict load), and a permuted
     checkpoint's Q, K, V always share one order (``group_linear`` permutes their inputs together)."""
     paths = adapter.paths_for_layer(layer)
+    if paths.qkv:
+        return  # one fused projection: nothing to share
     gather = SharedGather(3)
     for path in (paths.query, paths.key, paths.value):
         adapter.submodule(layer, path).shared_gather = gather

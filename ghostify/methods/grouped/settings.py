@@ -12,11 +12,12 @@ from ...errors import GhostifyError
 GROUPED_RECORD_FORMAT = 1
 
 
-#: user-facing module names -> LayerPaths attributes
+#: user-facing module names -> LayerPaths attributes (those a family has: fused Q/K/V is ``qkv``,
+#: a gated FFN adds ``ffn_gate``)
 MODULES: dict[str, tuple[str, ...]] = {
-    "qkv": ("query", "key", "value"),
+    "qkv": ("query", "key", "value", "qkv"),
     "o": ("attention_output",),
-    "ffn": ("ffn_up", "ffn_down"),
+    "ffn": ("ffn_up", "ffn_gate", "ffn_down"),
 }
 
 
@@ -58,12 +59,15 @@ def module_widths(config, record: Any, modules: Sequence[str]) -> dict[str, set[
     """The input and output widths of the chosen projections in every layer, from the config and
     the record alone (for checking --groups before loading weights)."""
     adapter = get_adapter(config)
-    hidden, head_size = adapter.hidden_size(config), adapter.head_size(config)
-    heads = record.heads_per_layer if record is not None else [adapter.num_heads(config)]
+    paths = adapter.paths(config)
+    hidden, head_size, unit_width = adapter.hidden_size(config), adapter.head_size(config), adapter.unit_width(config)
+    units = record.heads_per_layer if record is not None else [adapter.num_units(config)]
     ffn = list(record.ffn) if record is not None else [adapter.ffn_size(config)]
+    qkv = ({u * (unit_width + 2 * head_size) for u in units} if paths.qkv
+           else {w for u in units for w in (u * unit_width, u * head_size)})
     widths = {
-        "qkv": {hidden, *(h * head_size for h in heads)},
-        "o": {hidden, *(h * head_size for h in heads)},
-        "ffn": {hidden, *ffn},
+        "qkv": {hidden, *qkv},
+        "o": {hidden, *(u * unit_width for u in units)},
+        "ffn": {hidden, *ffn, *((2 * f for f in ffn) if paths.ffn_up_gated else ())},
     }
     return {name: widths[name] for name in modules}

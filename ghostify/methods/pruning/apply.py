@@ -8,7 +8,7 @@ from fractions import Fraction
 
 from torch import nn
 
-from ...architectures import ArchitectureAdapter, get_adapter
+from ...architectures import ArchitectureAdapter, attention_units, ffn_units, get_adapter
 from ...errors import GhostifyError
 from ...record import GhostifyRecord
 from ..base import check_order
@@ -25,25 +25,20 @@ def prune_model(
     keep_neurons: Sequence[Sequence[int]],
 ) -> GhostifyRecord:
     """Prune every distinct layer in place and return the updated record."""
-    head_size = adapter.head_size(model.config)
     layers = adapter.layers(model)
     heads, ffn = [], []
     for layer, old_heads, h_keep, n_keep in zip(layers, record.heads, keep_heads, keep_neurons, strict=True):
-        heads.append(prune_layer(adapter, layer, h_keep, n_keep, head_size, old_heads))
+        heads.append(prune_layer(adapter, layer, model.config, h_keep, n_keep, old_heads))
         ffn.append(len(n_keep))
     return replace(record, heads=heads, ffn=ffn, history=list(record.history))
 
 
 def dense_record(model: nn.Module, adapter: ArchitectureAdapter) -> GhostifyRecord:
     """The record describing a model as it is now (for models that come without one)."""
-    head_size = adapter.head_size(model.config)
-    layers = adapter.layers(model)
-    paths = adapter.paths_for_layer(layers[0]) if layers else None
     heads, ffn = [], []
-    for layer in layers:
-        n_heads = adapter.submodule(layer, paths.query).out_features // head_size
-        heads.append(list(range(n_heads)))
-        ffn.append(adapter.submodule(layer, paths.ffn_up).out_features)
+    for layer in adapter.layers(model):
+        heads.append(list(range(attention_units(adapter, layer, model.config))))
+        ffn.append(ffn_units(adapter, layer))
     return GhostifyRecord(heads=heads, ffn=ffn)
 
 
@@ -79,7 +74,7 @@ def prune(
     selection = select(
         scores.heads,
         scores.ffn,
-        num_heads=adapter.num_heads(model.config),
+        num_heads=adapter.num_units(model.config),
         ffn_size=adapter.ffn_size(model.config),
         heads_width=heads_width,
         ffn_width=ffn_width,

@@ -1,7 +1,9 @@
 """Multiplicative gates on heads and FFN neurons, installed as forward pre-hooks.
 
-transformers 5.x has no ``head_mask``; instead a gate multiplies each head's slice of the input of
-the attention-output projection O, and each neuron's input to the FFN down projection. This works
+transformers 5.x has no ``head_mask``; instead a gate multiplies each attention unit's slice of the
+input of the attention-output projection O (a unit is a head, or with grouped-query attention the
+query heads of one key/value head), and each neuron's input to the FFN down projection (for gated
+FFNs, the product of its activation and its gate). This works
 the same under eager, SDPA or flash attention, since it acts after the attention kernel.
 
 A gate tensor has shape ``(units,)`` (one gate for the whole batch) or ``(batch, units)`` (one per
@@ -17,16 +19,16 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ...architectures import ArchitectureAdapter
+from ...architectures import ArchitectureAdapter, attention_units, ffn_units
 
 
 @dataclass
 class Gates:
     """Per-layer gate tensors; replace the tensors between forward passes as needed."""
 
-    heads: list[torch.Tensor]
+    heads: list[torch.Tensor]  # one gate per attention unit (a head, or a key/value group)
     ffn: list[torch.Tensor]
-    head_size: int
+    head_size: int  # channels per unit in the output projection's input
     _handles: list = field(default_factory=list, repr=False)
 
     def remove(self) -> None:
@@ -76,17 +78,13 @@ def gated(
         ...     out = model(**batch)
     """
     layers = adapter.layers(model)
-    head_size = adapter.head_size(model.config)
     device = next(model.parameters()).device
     paths = [adapter.paths_for_layer(layer) for layer in layers]
     if heads is None:
-        heads = [
-            torch.ones(adapter.submodule(layer, p.attention_output).in_features // head_size, device=device)
-            for layer, p in zip(layers, paths)
-        ]
+        heads = [torch.ones(attention_units(adapter, layer, model.config), device=device) for layer in layers]
     if ffn is None:
-        ffn = [torch.ones(adapter.submodule(layer, p.ffn_down).in_features, device=device) for layer, p in zip(layers, paths)]
-    gates = Gates(heads=list(heads), ffn=list(ffn), head_size=head_size)
+        ffn = [torch.ones(ffn_units(adapter, layer), device=device) for layer in layers]
+    gates = Gates(heads=list(heads), ffn=list(ffn), head_size=adapter.unit_width(model.config))
     try:
         for i, (layer, p) in enumerate(zip(layers, paths)):
             out_proj = adapter.submodule(layer, p.attention_output)

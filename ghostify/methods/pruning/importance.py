@@ -26,6 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ...architectures import ArchitectureAdapter
+from ...architectures.projections import ffn_input_weights, value_weight
 from ...errors import CheckpointError
 from .gates import gated
 
@@ -140,18 +141,20 @@ def compute_importance(
 def magnitude_importance(model: nn.Module, adapter: ArchitectureAdapter) -> ImportanceScores:
     """Data-free fallback: a unit's weight magnitude along its path through the layer.
 
-    A head scores ||W_V[head]||_F * ||W_O[:, head]||_F (its value-output path), a neuron
-    ||W_1[neuron]|| * ||W_2[:, neuron]||."""
-    head_size = adapter.head_size(model.config)
+    An attention unit scores ||W_V[unit]||_F * ||W_O[:, unit]||_F (its value-output path), a neuron
+    the product of the norms of its input rows (up, and gate where gated) and ||W_2[:, neuron]||."""
+    config = model.config
+    head_size, unit_width = adapter.head_size(config), adapter.unit_width(config)
     heads, ffn = [], []
     for layer in adapter.layers(model):
         p = adapter.paths_for_layer(layer)
-        value = adapter.submodule(layer, p.value).weight.detach().float()
+        value = value_weight(adapter, layer, config).detach().float()
         out = adapter.submodule(layer, p.attention_output).weight.detach().float()
         v = value.view(-1, head_size, value.shape[1]).flatten(1).norm(dim=1)
-        o = out.view(out.shape[0], -1, head_size).transpose(0, 1).flatten(1).norm(dim=1)
+        o = out.view(out.shape[0], -1, unit_width).transpose(0, 1).flatten(1).norm(dim=1)
         heads.append((v * o).cpu())
-        up = adapter.submodule(layer, p.ffn_up).weight.detach().float()
-        down = adapter.submodule(layer, p.ffn_down).weight.detach().float()
-        ffn.append((up.norm(dim=1) * down.norm(dim=0)).cpu())
+        score = adapter.submodule(layer, p.ffn_down).weight.detach().float().norm(dim=0)
+        for weight in ffn_input_weights(adapter, layer):
+            score = score * weight.detach().float().norm(dim=1)
+        ffn.append(score.cpu())
     return ImportanceScores(heads=heads, ffn=ffn, metadata={"criterion": "weight-magnitude"})

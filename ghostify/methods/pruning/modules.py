@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from ...architectures import ArchitectureAdapter
+from ...architectures import ArchitectureAdapter, attention_cuts, ffn_cuts
 
 
 def slice_linear(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
@@ -32,24 +32,21 @@ def slice_linear(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
     return new
 
 
-def _head_channels(heads: Sequence[int], head_size: int) -> torch.Tensor:
-    return torch.cat([torch.arange(h * head_size, (h + 1) * head_size) for h in heads]) if heads else torch.empty(0, dtype=torch.long)
+def set_heads(adapter: ArchitectureAdapter, layer: nn.Module, head_index: list[int], config) -> None:
+    """Record the kept units on the attention module after its projections were sliced.
 
-
-def set_heads(adapter: ArchitectureAdapter, layer: nn.Module, head_index: list[int], head_size: int) -> None:
-    """Record the kept heads on the attention module after its projections were sliced.
-
-    ``head_index`` holds the *original* indices of the kept heads, in their new order. A family
+    ``head_index`` holds the *original* indices of the kept units, in their new order. A family
     whose layers share one per-head position bias (``adapter.position_bias_arg``) keeps them as
     a buffer, and the layer picks its heads' columns out of the bias before attending.
     """
     attention = layer.get_submodule(adapter.paths_for_layer(layer).attention)
+    heads = len(head_index) * adapter.heads_per_unit(config)
     for attr in adapter.head_count_attrs:
         if hasattr(attention, attr):
-            setattr(attention, attr, len(head_index))
+            setattr(attention, attr, heads)
     for attr in adapter.head_width_attrs:
         if hasattr(attention, attr):
-            setattr(attention, attr, len(head_index) * head_size)
+            setattr(attention, attr, heads * adapter.head_size(config))
     if adapter.position_bias_arg is not None:
         first_time = not hasattr(attention, HEADS_ATTR)
         register_head_index(attention, head_index)
@@ -85,23 +82,16 @@ class _BiasHeads:
 def prune_layer(
     adapter: ArchitectureAdapter,
     layer: nn.Module,
-    keep_heads: Sequence[int],
+    config,
+    keep_units: Sequence[int],
     keep_neurons: Sequence[int],
-    head_size: int,
-    original_heads: Sequence[int],
+    original_units: Sequence[int],
 ) -> list[int]:
-    """Keep heads ``keep_heads`` and FFN neurons ``keep_neurons`` (indices into the layer as it is
-    now, in the order they should end up in). Returns the kept heads' original indices."""
-    paths = adapter.paths_for_layer(layer)
-    channels = _head_channels(keep_heads, head_size)
-    for path in (paths.query, paths.key, paths.value, *paths.extra_head_outputs):
-        adapter.set_submodule(layer, path, slice_linear(adapter.submodule(layer, path), channels, dim=0))
-    out = adapter.submodule(layer, paths.attention_output)
-    adapter.set_submodule(layer, paths.attention_output, slice_linear(out, channels, dim=1))
-    new_original = [original_heads[h] for h in keep_heads]
-    set_heads(adapter, layer, new_original, head_size)
-
-    neurons = torch.as_tensor(list(keep_neurons), dtype=torch.long)
-    adapter.set_submodule(layer, paths.ffn_up, slice_linear(adapter.submodule(layer, paths.ffn_up), neurons, dim=0))
-    adapter.set_submodule(layer, paths.ffn_down, slice_linear(adapter.submodule(layer, paths.ffn_down), neurons, dim=1))
+    """Keep attention units ``keep_units`` and FFN neurons ``keep_neurons`` (indices into the layer
+    as it is now, in the order they should end up in). Returns the kept units' original indices."""
+    cuts = [*attention_cuts(adapter, layer, config, keep_units), *ffn_cuts(adapter, layer, keep_neurons)]
+    for cut in cuts:  # every cut is computed from the layer as it was, then applied
+        adapter.set_submodule(layer, cut.path, slice_linear(adapter.submodule(layer, cut.path), cut.index, cut.dim))
+    new_original = [original_units[u] for u in keep_units]
+    set_heads(adapter, layer, new_original, config)
     return new_original

@@ -21,14 +21,14 @@ def apply_structure(model: nn.Module, adapter: ArchitectureAdapter, record: Ghos
             f"the ghostify record lists {len(record.heads)} layers but the config builds {len(layers)}; "
             "the checkpoint's config.json was edited or is corrupt"
         )
-    head_size = adapter.head_size(model.config)
-    dense = list(range(adapter.num_heads(model.config)))
-    d_ff = adapter.ffn_size(model.config)
+    config = model.config
+    dense = list(range(adapter.num_units(config)))
+    d_ff = adapter.ffn_size(config)
     for layer, heads, ffn in zip(layers, record.heads, record.ffn):
         if list(heads) == dense and ffn == d_ff:
             continue
-        prune_layer(adapter, layer, range(len(heads)), range(ffn), head_size, dense)
-        set_heads(adapter, layer, list(heads), head_size)
+        prune_layer(adapter, layer, config, range(len(heads)), range(ffn), dense)
+        set_heads(adapter, layer, list(heads), config)
 
 
 def restore(model: nn.Module, adapter: ArchitectureAdapter, record: Any, source: str) -> None:

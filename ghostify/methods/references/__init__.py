@@ -9,6 +9,7 @@ from ..base import Method
 from . import restore
 from .apply import install_references, reference_record, write_references
 from .describe import describe
+from .families import check_reference_family
 from .modules import ReferenceAttention, find_references
 from .restore import restore_references
 from .search import nearest, ridge_fit
@@ -22,6 +23,7 @@ METHOD = Method(
 )
 
 __all__ = [
+    "check_reference_family",
     "METHOD",
     "REFERENCES_NAME",
     "ReferenceAttention",

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ...errors import GhostifyError
-from .families import install_reference_attention
+from .families import check_reference_family, install_reference_attention
 from .modules import ReferenceAttention, _first_attention, _relative, _Stop, find_references
 from .settings import REFERENCES_NAME, RIDGE_ALPHA
 
@@ -19,6 +19,7 @@ def install_references(model: nn.Module, *, teacher_hidden: int, delta: float,
                        ridge_alpha: float = RIDGE_ALPHA) -> ReferenceAttention:
     """Add reference attention to ``model``'s first layer (no store yet); idempotent hooks."""
     adapter, layer, attention, paths = _first_attention(model)
+    check_reference_family(adapter, model.config)
     if getattr(attention, "ghostify_reference", None) is not None:
         raise GhostifyError("the student already has reference attention (distill --references ran on it); "
                             "distill its source again, or distill without --references")

@@ -99,6 +99,22 @@ FORWARDS: dict[str, Callable[..., tuple]] = {
 }
 
 
+def check_reference_family(adapter: ArchitectureAdapter, config) -> None:
+    """Refuse the families whose first-layer attention cannot take reference columns."""
+    why = None
+    if adapter.rotary:
+        why = "it rotates queries and keys by their position (RoPE), which reference columns do not have"
+    elif adapter.pre_norm:
+        why = "its layers normalise the attention input (pre-norm), and the stored reference states are not"
+    elif adapter.paths(config).qkv:
+        why = "its queries, keys and values come from one fused projection"
+    elif adapter.heads_per_unit(config) > 1:
+        why = "its keys and values have fewer heads than its queries (grouped-query attention)"
+    if why:
+        raise GhostifyError(f"--references (RefBERT) is not supported for {adapter.family} students: {why}; "
+                            "distill without --references")
+
+
 def install_reference_attention(adapter: ArchitectureAdapter, model_type: str, attention: nn.Module) -> None:
     """Make the first layer's ``attention`` module attend to references too."""
     if adapter.uses_attention_interface:

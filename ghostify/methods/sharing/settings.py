@@ -17,6 +17,9 @@ def plan_groups(adapter: ArchitectureAdapter, config, groups: int) -> list[list[
     """The steps of each of ``groups`` contiguous groups: sizes differ by at most one, the larger
     groups first (12 steps in 5 groups: 3, 3, 2, 2, 2); equal groups where the config shares."""
     depth = adapter.num_layers(config)
+    if adapter.layers_not_interchangeable:
+        raise GhostifyError(f"cannot share layers: {adapter.layers_not_interchangeable}; compress this model with "
+                            "prune, attach-ghost and distill instead")
     if adapter.config_groups is not None:
         # the config runs group int(i / (L / G)) at step i: contiguous equal groups only
         if groups < 1 or depth % groups:

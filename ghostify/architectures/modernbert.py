@@ -1,0 +1,35 @@
+"""ModernBERT (also the architecture of ettin and mmBERT checkpoints): one fused ``Wqkv``
+projection, a GeGLU FFN whose ``Wi`` holds the input and the gate halves, no biases by default,
+pre-norm layers (layer 0 without an attention norm), RoPE, and layers that alternate between
+sliding-window and global attention (a per-layer fact of the module, kept by every method)."""
+
+from __future__ import annotations
+
+from .base import ArchitectureAdapter, LayerPaths
+
+
+class ModernBertAdapter(ArchitectureAdapter):
+    model_types = ("modernbert",)
+    family = "ModernBERT"
+    layout = LayerPaths(
+        query=None,
+        key=None,
+        value=None,
+        qkv="attn.Wqkv",
+        attention_output="attn.Wo",
+        ffn_up="mlp.Wi",
+        ffn_up_gated=True,
+        ffn_down="mlp.Wo",
+        attention="attn",
+        attention_block="mlp_norm",
+        attention_block_is_input=True,
+    )
+    layers_path = "layers"
+    dropout_attrs = ("embedding_dropout", "mlp_dropout", "classifier_dropout")
+    attention_dropout_attrs = ("attention_dropout",)
+    rotary = True
+    pre_norm = True
+    layers_not_interchangeable = (
+        "ModernBERT layers are not interchangeable: layer 0 has no attention norm and the layers alternate "
+        "sliding-window and global attention"
+    )
