@@ -11,8 +11,8 @@ from typing import Any
 from ..architectures import get_adapter
 from ..checkpoint import load_config
 from ..files import check_disjoint, check_output_dir
-from ..methods.references import check_reference_family
 from ..flatten import flat_settings
+from ..methods.references import check_reference_family
 from ..seeding import seed_everything
 from ..settings import DataSettings, DistillWeights, StudentSettings, TrainSettings
 from ..training.layer_map import build_layer_map
