@@ -1,6 +1,8 @@
-"""CPU latency and peak memory of a BERT-base-sized model pruned to several widths, side by side.
+"""CPU latency and peak memory of a base-sized model pruned to several widths, side by side.
 
-A randomly initialised BERT-base-sized classifier (speed does not depend on the weights) is pruned
+A randomly initialised base-sized classifier (``--family bert``: ``BertConfig()``; ``--family
+modernbert``: ``ModernBertConfig()``, 22 layers, hidden 768, 12 heads, FFN 1152; speed does not
+depend on the weights) is pruned
 with ``ghostify.methods.pruning.prune`` (magnitude scores, uniform allocation, the same width for heads and
 FFN neurons) to each width; the unpruned model is the baseline. In one run:
 
@@ -22,6 +24,7 @@ FFN neurons) to each width; the unpruned model is the baseline. In one run:
 
     python benchmarks/bench_prune_latency.py            # full run (~4 min on 2 cores)
     python benchmarks/bench_prune_latency.py --quick    # smoke test (< 1 min)
+    python benchmarks/bench_prune_latency.py --family modernbert --widths 12/12,6/12,3/12 --no-memory
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds per batch size before timing")
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
-    p.add_argument("--layers", type=int, default=12, help="encoder layers (12 = BERT-base; fewer only for smoke tests)")
+    p.add_argument("--family", default="bert", help="model type whose default config is built (bert, modernbert, ...)")
+    p.add_argument("--layers", type=int, default=None, help="encoder layers (default: the config's; fewer only for smoke tests)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     p.add_argument("--memory-repeats", type=int, default=3, help="fresh processes per model (median reported)")
     p.add_argument(
@@ -116,7 +120,8 @@ def measure_memory(models: dict[str, torch.nn.Module], args: argparse.Namespace,
     import multiprocessing as mp
 
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "transformers.models.bert.modeling_bert"])
+    family = args.family.replace("-", "_")
+    ctx.set_forkserver_preload(["torch", f"transformers.models.{family}.modeling_{family}"])
     raw: dict[str, list[dict]] = {name: [] for name in models}
     with tempfile.TemporaryDirectory(prefix="ghostify-bench-") as tmp:
         paths = {}
@@ -155,11 +160,11 @@ def main(argv=None) -> dict:
     log = (lambda m: None) if args.quiet else common.stderr_log
     log(f"machine: {common.machine_line(info)}")
 
-    dense = common.bert_base(layers=args.layers)
+    dense = common.base_classifier(args.family, layers=args.layers)
     adapter = get_adapter(dense.config)
     record = dense_record(dense, adapter)
     scores = magnitude_importance(dense, adapter)
-    num_heads, ffn_size = adapter.num_heads(dense.config), adapter.ffn_size(dense.config)
+    num_heads, ffn_size = adapter.num_units(dense.config), adapter.ffn_size(dense.config)
     models: dict[str, torch.nn.Module] = {DENSE: dense}
     shape: dict[str, str] = {DENSE: f"{num_heads} / {ffn_size}"}
     for text in args.widths.split(","):
@@ -224,8 +229,9 @@ def main(argv=None) -> dict:
     latency_table = common.markdown_table(headers, rows)
 
     setup_line = (
-        ("" if args.layers == 12 else f"**{args.layers} layers only (smoke test)**, ")
-        + f"BERT-base-sized BertForSequenceClassification (random init, {dense.config._attn_implementation} attention), "
+        ("" if args.layers is None else f"**{args.layers} layers only (smoke test)**, ")
+        + f"{type(dense).__name__} of the default {type(dense.config).__name__}() ({dense.config.num_hidden_layers} layers; "
+        f"random init, {dense.config._attn_implementation} attention), "
         f"seq {args.seq_len} (no padding), {args.threads} threads, torch.inference_mode; "
         + "; ".join(f"batch {bs}: {args.warmup} warm-up + {r} interleaved rounds" for bs, r in zip(args.batch_sizes, args.repeats))
         + f". GFLOPs: ghostify.flops.measure (batch 1, seq {args.seq_len}); FLOP ratio and speed-up are unpruned / model "

@@ -74,10 +74,19 @@ def finish_info(info: dict[str, Any]) -> dict[str, Any]:
 def bert_base(num_labels: int = 2, seed: int = 0, layers: int = 12):
     """A randomly initialised BERT-base-sized sequence classifier in eval mode (no download);
     ``layers`` < 12 only for smoke tests."""
-    from transformers import BertConfig, BertForSequenceClassification
+    return base_classifier("bert", num_labels=num_labels, seed=seed, layers=layers)
 
+
+def base_classifier(family: str = "bert", num_labels: int = 2, seed: int = 0, layers: int | None = None):
+    """A randomly initialised sequence classifier of ``family``'s default (base-sized) config in
+    eval mode: ``BertConfig()`` is BERT-base, ``ModernBertConfig()`` ModernBERT-base (22 layers,
+    hidden 768, 12 heads, FFN 1152). ``layers`` overrides the depth (smoke tests)."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    depth = {"num_hidden_layers": layers} if layers else {}
     torch.manual_seed(seed)
-    return BertForSequenceClassification(BertConfig(num_labels=num_labels, num_hidden_layers=layers)).eval()
+    config = AutoConfig.for_model(family, num_labels=num_labels, **depth)
+    return AutoModelForSequenceClassification.from_config(config).eval()
 
 
 def random_batch(batch_size: int, seq_len: int, *, vocab: int = 30522, num_labels: int = 2, seed: int = 0, labels: bool = True) -> dict[str, torch.Tensor]:

@@ -201,3 +201,30 @@ def test_a_resumed_distill_equals_an_uninterrupted_one(family, toy, tmp_path):
     distill(tmp_path / "teacher", tmp_path / "student", tmp_path / "resumed", resume=True, **args)
     whole, resumed = load_model(tmp_path / "whole").state_dict(), load_model(tmp_path / "resumed").state_dict()
     assert all(torch.equal(whole[k], resumed[k]) for k in whole)
+
+
+def test_modernbert_base_sizes_match_the_hand_count(tmp_path, capsys):
+    """ModernBertConfig() (22 layers, hidden 768, 12 heads of 64, FFN 1152, no biases) at seq 128:
+    per layer 2·n·(d·3d + d·d + d·2f + f·d) for the projections plus 2·2·n²·d for QKᵀ and PV."""
+    from transformers import ModernBertConfig, ModernBertModel
+
+    torch.manual_seed(0)
+    ModernBertModel(ModernBertConfig()).save_pretrained(tmp_path / "base")
+    n, d, layers, vocab = 128, 768, 22, 50368
+
+    def flops(heads: int, ffn: int) -> int:
+        width = heads * 64
+        return layers * (2 * n * (d * 3 * width + width * d + d * 2 * ffn + ffn * d) + 2 * 2 * n * n * width)
+
+    def params(heads: int, ffn: int) -> int:
+        width = heads * 64
+        per_layer = d * 3 * width + width * d + d * 2 * ffn + ffn * d + 2 * d  # two norms (layer 0: one)
+        return vocab * d + d + layers * per_layer - d + d  # embeddings + their norm, layers, final norm
+
+    data = json.loads(_cli(capsys, "info", tmp_path / "base", "--json"))
+    assert (data["params"], data["flops"]) == (params(12, 1152), flops(12, 1152))
+    assert data["flops"] == 29_343_350_784
+    _cli(capsys, "prune", tmp_path / "base", "-o", tmp_path / "quarter", "--width", "3/12")
+    data = json.loads(_cli(capsys, "info", tmp_path / "quarter", "--json"))
+    assert (data["params"], data["flops"]) == (params(3, 288), flops(3, 288))
+    assert data["heads_per_layer"] == [3] * 22 and data["ffn_per_layer"] == [288] * 22
