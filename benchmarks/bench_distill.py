@@ -27,9 +27,11 @@ import common  # noqa: E402
 
 def build(layers: int, width: Fraction):
     from ghostify.architectures import get_adapter
+    from ghostify.data import resolve_task
     from ghostify.methods.ghost import GhostSettings, attach_ghosts
     from ghostify.methods.pruning import magnitude_importance
     from ghostify.methods.pruning.apply import dense_record, prune
+    from ghostify.tasks import kind_for
     from ghostify.training.layer_map import build_layer_map
     from ghostify.training.objectives import DistillObjective, DistillWeights
 
@@ -42,7 +44,7 @@ def build(layers: int, width: Fraction):
     attach_ghosts(student, GhostSettings())
     student.train()
     objective = DistillObjective(student, teacher, weights=DistillWeights(), layer_map=build_layer_map(layers, layers),
-                                 regression=False)
+                                 kind=kind_for(resolve_task("sst2")))
     return teacher, student, objective
 
 

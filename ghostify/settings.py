@@ -43,6 +43,42 @@ class DataSettings:
 
 
 @dataclass(frozen=True)
+class TaskSettings:
+    """How token-classification, extractive-QA and embedding tasks read and score their data: the
+    columns of a dataset without a preset (None: the preset's), the sub-word labelling, SQuAD's
+    windows and answer decoding, and the embedding distillation loss. Sentence classification
+    ignores them."""
+
+    tokens_column: str | None = None  # pre-split words (a list of strings per row)
+    tags_column: str | None = None  # one tag per word (ClassLabel ids or strings)
+    label_all_subwords: bool = False  # label every sub-word (B- continues as I-), not only the first
+    tag_scheme: str | None = None  # seqeval's strict mode with IOB1, IOB2, IOE1, IOE2, IOBES or BILOU
+    question_column: str | None = None
+    context_column: str | None = None
+    answers_column: str | None = None  # SQuAD layout: {"text": [...], "answer_start": [...]}
+    doc_stride: int = 32  # tokens shared by consecutive windows of a long context (less than --max-length)
+    max_answer_length: int = 30  # the longest answer span, in tokens
+    null_threshold: float = 0.0  # SQuAD v2: answer "" when the null score beats the best span by more
+    embedding_loss: str = "cosine"  # distill: cosine, mse or cosine+mse on the pooled embedding
+
+    def validate(self) -> None:
+        if self.doc_stride < 1:
+            raise GhostifyError(f"--doc-stride {self.doc_stride} must be at least 1 (tokens shared by windows)")
+        if self.max_answer_length < 1:
+            raise GhostifyError(f"--max-answer-length {self.max_answer_length} must be at least 1 token")
+        if self.embedding_loss not in EMBEDDING_LOSSES:
+            raise GhostifyError(f"--embedding-loss {self.embedding_loss!r}: choose one of {', '.join(EMBEDDING_LOSSES)}")
+
+    def columns(self) -> dict[str, str | None]:
+        """The column settings, as ``resolve_task`` takes them."""
+        return {name: getattr(self, name) for name in
+                ("tokens_column", "tags_column", "question_column", "context_column", "answers_column")}
+
+
+EMBEDDING_LOSSES = ("cosine", "mse", "cosine+mse")
+
+
+@dataclass(frozen=True)
 class TrainSettings:
     """Optimisation settings of the training loop; the defaults are the GhostBERT paper's (Table 8)."""
 
@@ -137,4 +173,4 @@ class DistillWeights:
             raise GhostifyError("every distillation loss weight is 0; give at least one a positive weight")
 
 
-__all__ = ["DataSettings", "DistillWeights", "FinetuneWeights", "StudentSettings", "TrainSettings"]
+__all__ = ["DataSettings", "DistillWeights", "FinetuneWeights", "StudentSettings", "TaskSettings", "TrainSettings"]

@@ -144,7 +144,8 @@ def tiny_tokenizer(directory):
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    words = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "great", *TOY_WORDS]
+    # the word pieces last: a word like "films" splits into "film", "##s" (token classification)
+    words = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "great", *TOY_WORDS, "##s", "##ing"]
     tokenizer = BertTokenizer(vocab={w: i for i, w in enumerate(words)}, do_lower_case=True)
     tokenizer.save_pretrained(str(directory))
     return tokenizer
@@ -155,4 +156,125 @@ def tiny_checkpoint(directory, model_type: str = "bert", head: str = "sequence-c
     model = tiny_model(model_type, head, **kwargs)
     model.save_pretrained(str(directory))
     tiny_tokenizer(directory)
+    return directory
+
+
+# ----- datasets and models of the other task kinds ------------------------------------------------
+NER_TAGS = ("O", "B-THING", "I-THING", "B-PLACE", "I-PLACE")
+THINGS = ("film", "story", "music", "book", "song", "game")
+PLACES = ("city", "sea", "road", "house", "world")
+
+
+def write_toy_ner_dataset(directory, *, train: int = 128, validation: int = 32, seed: int = 0):
+    """A learnable NER dataset (``tokens``, ``ner_tags`` as ClassLabel ids) saved with
+    ``datasets.save_to_disk``: THING words after "the" are B-THING ("great" after them I-THING),
+    PLACE words B-PLACE; some words ("great", "friend") split into several sub-words with the toy
+    tokenizer's pieces."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    rng = random.Random(seed)
+    names = list(NER_TAGS)
+    features = datasets.Features({"tokens": datasets.Sequence(datasets.Value("string")),
+                                  "ner_tags": datasets.Sequence(datasets.ClassLabel(names=names))})
+
+    def row():
+        tokens, tags = [], []
+        for _ in range(rng.randint(3, 9)):
+            choice = rng.random()
+            if choice < 0.25:  # a plural ("films") is two sub-words
+                tokens += ["the", rng.choice(THINGS) + ("s" if rng.random() < 0.5 else "")]
+                tags += [0, 1]
+                if rng.random() < 0.5:
+                    tokens.append("great")
+                    tags.append(2)
+            elif choice < 0.4:
+                tokens.append(rng.choice(PLACES))
+                tags.append(3)
+            else:
+                tokens.append(rng.choice(TOY_WORDS))
+                tags.append(0)
+        return {"tokens": tokens, "ner_tags": tags}
+
+    splits = {split: datasets.Dataset.from_list([row() for _ in range(n)], features=features)
+              for split, n in (("train", train), ("validation", validation))}
+    datasets.DatasetDict(splits).save_to_disk(str(directory))
+    return Path(directory)
+
+
+def write_toy_squad_dataset(directory, *, train: int = 96, validation: int = 24, seed: int = 0,
+                            unanswerable: float = 0.25):
+    """A SQuAD-layout dataset (``id``, ``question``, ``context``, ``answers``) saved with
+    ``datasets.save_to_disk``: the question names a word, the answer is the word after it in the
+    context; contexts are long enough (40-70 words) to need several windows at --max-length 32, and a
+    fraction of the questions ask for a word the context does not have (empty answers, SQuAD v2)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    rng = random.Random(seed)
+
+    def row(i):
+        words = [rng.choice(TOY_WORDS) for _ in range(rng.randint(40, 70))]
+        if rng.random() < unanswerable:
+            return {"id": str(i), "question": "what is after great", "context": " ".join(words),
+                    "answers": {"text": [], "answer_start": []}}
+        at = rng.randrange(len(words) - 1)
+        words[at] = "great"
+        context = " ".join(words)
+        start = len(" ".join(words[: at + 1])) + 1
+        return {"id": str(i), "question": "what is after great", "context": context,
+                "answers": {"text": [words[at + 1]], "answer_start": [start]}}
+
+    splits = {split: datasets.Dataset.from_list([row(i) for i in range(n)])
+              for split, n in (("train", train), ("validation", validation))}
+    datasets.DatasetDict(splits).save_to_disk(str(directory))
+    return Path(directory)
+
+
+def write_toy_pairs(directory, *, train: int = 64, validation: int = 48, seed: int = 0):
+    """An STS-like pair dataset as CSV files (``sentence1``, ``sentence2``, float ``label`` 0-5:
+    how many of the six words they share), for evaluating the embeddings task."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    for split, n in (("train", train), ("validation", validation)):
+        with (directory / f"{split}.csv").open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["sentence1", "sentence2", "label"])
+            for _ in range(n):
+                first = [rng.choice(TOY_WORDS) for _ in range(6)]
+                shared = rng.randint(0, 5)
+                second = first[:shared] + [rng.choice(TOY_WORDS) for _ in range(6 - shared)]
+                writer.writerow([" ".join(first), " ".join(second), float(shared)])
+    return directory
+
+
+def write_toy_sentences(path, *, count: int = 128, seed: int = 0):
+    """Unlabeled sentences, one per line, in a plain text file (the embeddings task's training data)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    path.write_text("".join(" ".join(rng.choice(TOY_WORDS) for _ in range(rng.randint(4, 12))) + "\n" for _ in range(count)))
+    return path
+
+
+def tiny_sentence_transformer(directory, model_type: str = "bert", *, pooling: str = "mean", normalize: bool = True,
+                              **kwargs):
+    """A tiny checkpoint with the sentence-transformers layout (``modules.json``, a pooling module
+    and, with ``normalize``, a Normalize module)."""
+    import json
+
+    directory = Path(directory)
+    tiny_checkpoint(directory, model_type, head="base", **kwargs)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+        (directory / "2_Normalize").mkdir(exist_ok=True)
+    (directory / "modules.json").write_text(json.dumps(modules, indent=2))
+    (directory / "1_Pooling").mkdir(exist_ok=True)
+    modes = {f"pooling_mode_{m}": key == pooling for m, key in
+             (("cls_token", "cls"), ("mean_tokens", "mean"), ("max_tokens", "max"), ("mean_sqrt_len_tokens", ""))}
+    (directory / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": HIDDEN, **modes}))
+    (directory / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128, "do_lower_case": False}))
     return directory

@@ -16,10 +16,12 @@ from transformers.models.bert.modeling_bert import eager_attention_forward
 from ghostify import load_model
 from ghostify.architectures import get_adapter
 from ghostify.attention import ATTENTION, AttentionConfigView, attention_forward, recording_scores, use_attention_kernel
+from ghostify.data import resolve_task
 from ghostify.methods.ghost import GhostSettings, attach_ghosts, ghost_parameter_names
 from ghostify.methods.pruning import magnitude_importance
 from ghostify.methods.pruning.apply import dense_record, prune
 from ghostify.methods.references import ReferenceStore, install_references, nearest
+from ghostify.tasks import kind_for
 from ghostify.testing import HIDDEN, tiny_batch, tiny_checkpoint, tiny_model, write_toy_dataset
 from ghostify.training.capture import capture, enable_score_capture
 from ghostify.training.layer_map import build_layer_map
@@ -301,7 +303,8 @@ def test_the_attention_score_loss_trains_the_ghost_maps(ghosted):
     teacher, student = ghosted
     model, reference = load_model(student), load_model(teacher)
     weights = DistillWeights(emb_weight=0.0, mha_weight=0.0, ffn_weight=0.0, attention_weight=1.0)
-    objective = DistillObjective(model, reference, weights=weights, layer_map=build_layer_map(2, 2), regression=False)
+    objective = DistillObjective(model, reference, weights=weights, layer_map=build_layer_map(2, 2),
+                                 kind=kind_for(resolve_task("sst2")))
     loss, parts = objective(tiny_batch())
     assert parts["attention_loss"] > 0
     loss.backward()

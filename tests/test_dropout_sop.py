@@ -11,7 +11,9 @@ import torch
 
 from ghostify.architectures import get_adapter
 from ghostify.checkpoint import load_model
+from ghostify.data import resolve_task
 from ghostify.data.sop import IGNORE, add_sop_inputs, sop_collator, two_segments
+from ghostify.tasks import kind_for
 from ghostify.testing import TOY_WORDS, tiny_batch, tiny_checkpoint, tiny_config, tiny_tokenizer, write_toy_dataset
 
 from .conftest import ALL_FAMILIES, run_cli
@@ -105,7 +107,7 @@ def test_two_segments():
 
 
 def test_sop_inputs_swap_about_half_and_swap_exactly(tmp_path, pairs):
-    from ghostify.data import load_split, padding_collator, resolve_task, tokenize
+    from ghostify.data import load_split, padding_collator, tokenize
 
     tokenizer = tiny_tokenizer(tmp_path / "tok")
     preset = resolve_task(None, text_columns=("first", "second"), label_column="label")
@@ -126,7 +128,7 @@ def test_sop_inputs_swap_about_half_and_swap_exactly(tmp_path, pairs):
 
 
 def test_sop_loss_is_the_cross_entropy_of_the_sop_classifier(tmp_path, pairs):
-    from ghostify.data import load_split, padding_collator, resolve_task, tokenize
+    from ghostify.data import load_split, padding_collator, tokenize
     from ghostify.training.layer_map import build_layer_map
     from ghostify.training.objectives import DistillObjective, DistillWeights
 
@@ -139,7 +141,7 @@ def test_sop_loss_is_the_cross_entropy_of_the_sop_classifier(tmp_path, pairs):
     tiny_checkpoint(tmp_path / "m")
     student, teacher = load_model(tmp_path / "m"), load_model(tmp_path / "m")
     objective = DistillObjective(student, teacher, weights=DistillWeights(sop_weight=0.5),
-                                 layer_map=build_layer_map(2, 2, None), regression=False).eval()
+                                 layer_map=build_layer_map(2, 2, None), kind=kind_for(resolve_task("sst2"))).eval()
     loss, parts = objective(dict(batch))
     with torch.no_grad():
         sop = {k[4:]: v[1:] for k, v in batch.items() if k.startswith("sop_") and k != "sop_labels"}

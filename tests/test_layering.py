@@ -31,8 +31,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "ghostify.settings", "ghostify.flatten", "ghostify.heads", "ghostify.device")),
     ("architectures", ("ghostify.architectures",)),
     ("structure", ("ghostify.record", "ghostify.seeding", "ghostify.flops", "ghostify.attention", "ghostify.methods")),
-    ("checkpoint", ("ghostify.checkpoint", "ghostify.tokenization")),
-    ("training", ("ghostify.training", "ghostify.data", "ghostify.augment", "ghostify.testing", "ghostify.export")),
+    ("checkpoint", ("ghostify.checkpoint", "ghostify.tokenization", "ghostify.pooling")),
+    ("training", ("ghostify.training", "ghostify.data", "ghostify.tasks", "ghostify.augment", "ghostify.testing",
+                  "ghostify.export")),
     ("steps", ("ghostify.steps",)),
     ("interface", ("ghostify.recipe", "ghostify.cli", "ghostify.__main__")),
 )

@@ -226,7 +226,7 @@ def test_non_finite_loss_stops_with_a_clear_error_and_keeps_the_last_good_state(
             Exploding.calls += 1
             return (loss * float("nan") if Exploding.calls == 4 else loss), parts
 
-    objective = Exploding(model, regression=False)
+    objective = Exploding(model, data.kind)
     settings = TrainSettings(epochs=1, batch_size=16, checkpoint_steps=2)
     with pytest.raises(GhostifyError, match="loss became nan at step 4"):
         train(objective, data.train_rows, padding_collator(data.tokenizer), settings, tmp_path / "out",

@@ -14,9 +14,10 @@ from typing import Any
 from ..checkpoint import load_model
 from ..data import label_kind, load_split, resolve_task
 from ..device import default_device
-from ..errors import CheckpointError
+from ..errors import CheckpointError, DataError
 from ..files import atomic_directory, check_output_dir
 from ..settings import DataSettings
+from ..tasks import kind_for
 from ..tokenization import check_max_length
 from .inputs import check_settings, checked_tokenizer, mlm_tokenizer, require_masked_lm
 from .output import (
@@ -89,6 +90,9 @@ def augment(
     out = check_output_dir(output, overwrite=overwrite, inputs=(("--dataset", dataset), ("--mlm", mlm), ("--label-with", label_with)))
     check_max_length(max_length, mlm, label_with)
     preset = resolve_task(task, text_columns=text_columns, label_column=label_column)
+    refusal = kind_for(preset).augmentation_refusal()
+    if refusal:
+        raise DataError(f"cannot augment task {preset.name}: {refusal}")
     n = per_example if per_example is not None else default_per_example(task)
 
     require_masked_lm(mlm)

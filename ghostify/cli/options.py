@@ -16,7 +16,7 @@ Model = Annotated[str, typer.Argument(help="Checkpoint: a local directory (ghost
 Output = Annotated[Path, typer.Option("--output", "-o", help="Checkpoint directory to write (must not exist unless --overwrite).", show_default=False)]
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace an existing output directory.")]
 Dataset = Annotated[str, typer.Option("--dataset", help="Dataset hub id or local directory (nyu-mll/glue layout).")]
-Task = Annotated[str | None, typer.Option("--task", help="Task preset: sst2, mrpc, rte, stsb, cola, qnli, qqp, mnli, wnli.", show_default=False)]
+Task = Annotated[str | None, typer.Option("--task", help="Task preset: sst2, mrpc, rte, stsb, cola, qnli, qqp, mnli, wnli (GLUE); conll2003, wnut_17 (tokens); squad, squad_v2 (QA); embeddings (a sentence-transformers model).", show_default=False)]
 TextColumns = Annotated[str | None, typer.Option("--text-columns", help="Comma-separated text column(s), for datasets without a preset.", show_default=False)]
 LabelColumn = Annotated[str | None, typer.Option("--label-column", help="Label column, for datasets without a preset.", show_default=False)]
 Metric = Annotated[str | None, typer.Option("--metric", help="accuracy, f1_accuracy, matthews or pearson_spearman (default: the task's; for other datasets accuracy, or Pearson/Spearman for regression).", show_default=False)]
@@ -76,6 +76,18 @@ SETTING_OPTIONS: dict[str, Any] = {
     "attention_weight": _weight("--attention-weight", "TinyBERT's attention-score MSE (pre-softmax, padding masked)"),
     "logit_weight": _weight("--logit-weight", "the prediction-layer soft cross-entropy (MSE for regression)"),
     "sop_weight": _weight("--sop-weight", "ALBERT's sentence-order prediction on sentence pairs or multi-sentence texts (swapped-order negatives)"),
+    # TaskSettings
+    "tokens_column": Annotated[str | None, typer.Option("--tokens-column", help="Token classification: the column of pre-split words (conll2003, wnut_17: tokens).", show_default=False)],
+    "tags_column": Annotated[str | None, typer.Option("--tags-column", help="Token classification: the column of one tag per word (conll2003, wnut_17: ner_tags).", show_default=False)],
+    "label_all_subwords": Annotated[bool, typer.Option("--label-all-subwords", help="Token classification: label every sub-word of a word (B- continues as I-), not only the first; metrics still read first sub-words.")],
+    "tag_scheme": Annotated[str | None, typer.Option("--tag-scheme", help="Entity F1 in seqeval's strict mode with this scheme (IOB1, IOB2, IOE1, IOE2, IOBES, BILOU); default: seqeval's lenient conlleval mode.", show_default=False)],
+    "question_column": Annotated[str | None, typer.Option("--question-column", help="Extractive QA: the question column (squad: question).", show_default=False)],
+    "context_column": Annotated[str | None, typer.Option("--context-column", help="Extractive QA: the context column (squad: context).", show_default=False)],
+    "answers_column": Annotated[str | None, typer.Option("--answers-column", help="Extractive QA: the answers column, SQuAD layout {text: [...], answer_start: [...]}.", show_default=False)],
+    "doc_stride": Annotated[int, typer.Option("--doc-stride", min=1, help="Extractive QA: tokens shared by consecutive windows of a context longer than --max-length.")],
+    "max_answer_length": Annotated[int, typer.Option("--max-answer-length", min=1, help="Extractive QA: the longest answer span, in tokens.")],
+    "null_threshold": Annotated[float, typer.Option("--null-threshold", help="SQuAD v2: predict no answer when the null score beats the best span by more than this.")],
+    "embedding_loss": Annotated[str, typer.Option("--embedding-loss", help="Embeddings task, distill: cosine, mse or cosine+mse between the student's and the teacher's pooled embeddings.")],
 }
 #: how a flag's text becomes the field's value, where they differ
 CONVERTERS: dict[str, Callable[[Any], Any]] = {"text_columns": split_columns}

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from ..errors import DataError
 from .tasks import TaskPreset
@@ -32,7 +29,7 @@ class TaskData:
     def fingerprint(self) -> str:
         """sha256 over the selected texts (and labels), so scores can be traced to their data."""
         digest = hashlib.sha256()
-        columns = [*self.task.text_columns] + ([self.task.label_column] if self.has_labels else [])
+        columns = [*self.task.input_columns] + ([self.task.target_column] if self.has_labels else [])
         for row in self.rows.select_columns(columns):
             digest.update(json.dumps([row[c] for c in columns], ensure_ascii=False).encode())
         return digest.hexdigest()
@@ -66,22 +63,32 @@ def load_split(
         path = str(Path(dataset).expanduser()) if Path(dataset).expanduser().exists() else dataset
         if Path(path).is_dir() and (Path(path) / "dataset_dict.json").is_file():
             rows = datasets.load_from_disk(path)[split]
+        elif Path(path).is_file() and path.endswith(".txt"):  # one text per line: column "text", split train
+            if split != "train":
+                raise DataError(f"{dataset} is a plain text file: it has only a train split, not {split!r}")
+            rows = datasets.load_dataset("text", data_files={"train": path}, split="train")
+            rows = rows.filter(lambda row: bool(row["text"].strip()))
         else:
             rows = datasets.load_dataset(path, task.dataset_config, split=split)
-    except (FileNotFoundError, ValueError, KeyError, ConnectionError, OSError) as exc:
+    except (FileNotFoundError, ValueError, KeyError, ConnectionError, OSError, datasets.exceptions.DatasetsError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataError(f"cannot load split {split!r} of dataset {dataset} ({task.name}): {message}") from exc
-    missing = [c for c in task.text_columns if c not in rows.column_names]
+    if not task.input_columns:
+        raise DataError(f"task {task.name} needs its text column(s): set --text-columns "
+                        f"(columns of {dataset}: {', '.join(rows.column_names)})")
+    missing = [c for c in task.input_columns if c not in rows.column_names]
     if missing:
+        flag = {"tokens": "--tokens-column", "qa": "--question-column / --context-column"}.get(task.kind, "--text-columns")
         raise DataError(
-            f"dataset {dataset} has no column {missing[0]!r} (columns: {', '.join(rows.column_names)}); "
-            "set --text-columns"
+            f"dataset {dataset} has no column {missing[0]!r} (columns: {', '.join(rows.column_names)}); set {flag}"
         )
-    has_labels = task.label_column in rows.column_names and _labels_present(rows, task.label_column)
+    target = task.target_column
+    has_labels = target in rows.column_names and (task.kind != "classification" or _labels_present(rows, target))
     if require_labels and not has_labels:
+        flag = {"tokens": "--tags-column", "qa": "--answers-column"}.get(task.kind, "--label-column")
         raise DataError(
-            f"split {split!r} of {dataset} has no labels in column {task.label_column!r}; "
-            "score without labels with --label-free, or set --label-column"
+            f"split {split!r} of {dataset} has no labels in column {target!r}; "
+            f"score without labels with --label-free, or set {flag}"
         )
     if max_samples is not None and max_samples < len(rows):
         rows = rows.shuffle(seed=seed).select(range(max_samples))
@@ -91,26 +98,6 @@ def load_split(
 def _labels_present(rows, column: str) -> bool:
     head = rows.select(range(min(len(rows), 256)))[column]
     return any(label is not None and label != -1 for label in head)
-
-
-def batches(
-    data: TaskData,
-    tokenizer,
-    *,
-    batch_size: int,
-    max_length: int = 128,
-) -> Iterator[dict[str, torch.Tensor]]:
-    """Tokenised, dynamically padded batches in the data's order (labels as ``labels``)."""
-    columns = data.task.text_columns
-    for start in range(0, data.num_samples, batch_size):
-        chunk = data.rows[start : start + batch_size]
-        texts = [chunk[c] for c in columns]
-        encoded = tokenizer(*texts, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
-        batch = dict(encoded)
-        if data.has_labels:
-            dtype = torch.float32 if data.task.is_regression else torch.long
-            batch["labels"] = torch.tensor(chunk[data.task.label_column], dtype=dtype)
-        yield batch
 
 
 def tokenize(data: TaskData, tokenizer, *, max_length: int = 128):

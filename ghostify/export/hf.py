@@ -15,8 +15,6 @@ nothing else) is written as a plain stock checkpoint instead, with no code at al
 from __future__ import annotations
 
 import copy
-import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from ..checkpoint import WEIGHTS_NAME, model_record
 from ..errors import GhostifyError
 from ..files import copy_tokenizer
 from ..methods import METHODS
+from ..pooling import copy_sentence_transformers
 from ..record import RECORD_KEY
 from ..version import __version__
 from .code import closure, flat_name, write_flat
@@ -41,7 +40,6 @@ AUTO_CLASSES = ("AutoModel", "AutoModelForSequenceClassification", "AutoModelFor
                 "AutoModelForQuestionAnswering", "AutoModelForMaskedLM", "AutoModelForMultipleChoice",
                 "AutoModelForPreTraining")
 #: the files of a sentence-transformers model besides the encoder's own
-SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
 
 @dataclass
@@ -167,29 +165,3 @@ from .{STRUCTURE} import restore_structure
     return sorted([*files, f"{STRUCTURE}.py", f"{MODELING}.py"])
 
 
-def sentence_transformers_source(source: Path, record: Any) -> Path | None:
-    """The sentence-transformers model a checkpoint came from: itself, or the first model of its
-    history (ghostify's commands write the encoder alone), if that is a local one."""
-    candidates = [source]
-    for entry in getattr(record, "history", []) or []:
-        model = (entry.get("arguments") or entry).get("model") if isinstance(entry, dict) else None
-        if model:
-            candidates.append(Path(str(model)))
-            break
-    return next((c for c in candidates if (c / "modules.json").is_file()), None)
-
-
-def copy_sentence_transformers(origin: Path, directory: Path) -> None:
-    """Copy the sentence-transformers layout of ``origin`` (its modules other than the encoder:
-    pooling, normalisation, dense layers) around the exported encoder."""
-    for name in SENTENCE_TRANSFORMERS_FILES:
-        if (origin / name).is_file():
-            shutil.copy2(origin / name, directory / name)
-    try:
-        modules = json.loads((origin / "modules.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise GhostifyError(f"cannot read {origin / 'modules.json'}: {exc}; fix or remove it") from None
-    for module in modules:
-        path = module.get("path", "") if isinstance(module, dict) else ""
-        if path and (origin / path).is_dir():
-            shutil.copytree(origin / path, directory / path, dirs_exist_ok=True)

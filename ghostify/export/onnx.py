@@ -12,7 +12,6 @@ against PyTorch on batches of other sizes, lengths and padding than the example 
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import warnings
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ import torch
 from torch import nn
 
 from ..errors import GhostifyError
+from ..pooling import Pooling
 
 ONNX_NAME = "model.onnx"
 INT8_NAME = "model_int8.onnx"
@@ -53,47 +53,6 @@ def input_names(model: nn.Module) -> list[str]:
     if "token_type_ids" in accepted and int(getattr(model.config, "type_vocab_size", 0) or 0) > 1:
         names.append("token_type_ids")
     return names
-
-
-@dataclass
-class Pooling:
-    """A sentence-transformers pooling module (``1_Pooling/config.json``) and normalisation."""
-
-    mode: str  # mean, cls, max
-    normalize: bool
-
-    @classmethod
-    def read(cls, directory: Path) -> "Pooling | None":
-        try:
-            modules = json.loads((directory / "modules.json").read_text())
-        except (OSError, ValueError):
-            return None
-        mode, normalize = None, False
-        for module in modules:
-            kind = str(module.get("type", ""))
-            if kind.endswith("Pooling"):
-                config = json.loads((directory / module["path"] / "config.json").read_text())
-                mode = next((m for m, key in (("cls", "pooling_mode_cls_token"), ("max", "pooling_mode_max_tokens"),
-                                               ("mean", "pooling_mode_mean_tokens")) if config.get(key)), None)
-                if mode is None:
-                    raise GhostifyError(f"{directory / module['path'] / 'config.json'}: a pooling mode other than "
-                                        "mean, cls or max; export --format hf keeps it")
-            elif kind.endswith("Normalize"):
-                normalize = True
-            elif kind and not kind.endswith("Transformer"):
-                raise GhostifyError(f"{directory / 'modules.json'} has a {kind} module, which the ONNX graph does not "
-                                    "include; export --format hf keeps the whole sentence-transformers model")
-        return cls(mode, normalize) if mode else None
-
-    def __call__(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        if self.mode == "cls":
-            pooled = hidden[:, 0]
-        elif self.mode == "max":
-            pooled = hidden.masked_fill(mask[..., None] == 0, torch.finfo(hidden.dtype).min).amax(1)
-        else:
-            weights = mask[..., None].to(hidden.dtype)
-            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-        return nn.functional.normalize(pooled, dim=-1) if self.normalize else pooled
 
 
 class _Graph(nn.Module):

@@ -10,6 +10,7 @@ keys (``max_length``), so a recipe names every option as the CLI flag does.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import os
@@ -28,7 +29,7 @@ from .. import steps
 from ..errors import GhostifyError
 from ..flatten import EMPTY, flat_parameters
 from ..methods import METHODS, order_problem, stage_methods
-from ..settings import DataSettings
+from ..settings import DataSettings, TaskSettings
 from .yaml_source import Location, RecipeSource
 
 REFERENCE = re.compile(r"\$\{([A-Za-z0-9_.\-]+)\}")
@@ -37,6 +38,8 @@ INTERNAL = {"output", "overwrite", "resume", "progress", "on_step"}
 #: settings of ``data:`` that every stage accepting them inherits (not ``max_samples``: stages subsample
 #: differently, e.g. augment a few examples and distill on all of their versions)
 DATA_KEYS = ("dataset", "task", "text_columns", "label_column", "metric", "max_length")
+#: and every field of :class:`ghostify.settings.TaskSettings` (columns, windows, sub-word labels)
+TASK_KEYS = tuple(f.name for f in dataclasses.fields(TaskSettings))
 
 
 @dataclass(frozen=True)
@@ -72,9 +75,10 @@ class RecipeError(GhostifyError):
 
 
 def _data_model() -> type[BaseModel]:
-    """``data:``: the ``DATA_KEYS`` fields of :class:`ghostify.settings.DataSettings`, each optional."""
-    hints = typing.get_type_hints(DataSettings)
-    fields: dict[str, Any] = {name: (Optional[_as_list(hints[name])], None) for name in DATA_KEYS}
+    """``data:``: the ``DATA_KEYS`` fields of :class:`ghostify.settings.DataSettings` and the fields of
+    :class:`ghostify.settings.TaskSettings`, each optional."""
+    hints = {**typing.get_type_hints(TaskSettings), **typing.get_type_hints(DataSettings)}
+    fields: dict[str, Any] = {name: (Optional[_as_list(hints[name])], None) for name in (*DATA_KEYS, *TASK_KEYS)}
     return create_model("DataHeader", __config__=ConfigDict(extra="forbid"), **fields)
 
 
@@ -329,7 +333,8 @@ def _check_order(source: RecipeSource, header: RecipeHeader, stages: list[Stage]
                 problems.append(f"{source.where(stage.location)}: {problem}")
             applied[method.name] = f"the output of stage {stage.index + 1} ({stage.command.name})"
         needs_task = stage.command.name in ("importance", "distill", "finetune", "eval", "augment")
-        if needs_task and not stage.settings.get("task") and not stage.settings.get("text_columns"):
+        names_data = any(stage.settings.get(k) for k in ("task", "text_columns", "tokens_column", "question_column"))
+        if needs_task and not names_data:
             problems.append(f"{source.where(stage.location)}: {stage.command.name} needs a task; set data.task (e.g. sst2)")
         seen[stage.name] = stage
     return problems

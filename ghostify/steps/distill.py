@@ -10,18 +10,19 @@ from typing import Any
 
 from ..architectures import get_adapter
 from ..checkpoint import load_config
+from ..errors import GhostifyError
 from ..files import check_disjoint, check_output_dir
 from ..flatten import flat_settings
 from ..methods.references import check_reference_family
 from ..seeding import seed_everything
-from ..settings import DataSettings, DistillWeights, StudentSettings, TrainSettings
+from ..settings import DataSettings, DistillWeights, StudentSettings, TaskSettings, TrainSettings
 from ..training.layer_map import build_layer_map
 from ..training.loop import TrainResult, partial_dir
 from ..training.loop import train as run_training
 from ..training.objectives import DistillObjective
 from ..training.reference_distill import ReferenceDistillObjective, check_reference_options, prepare_references
 from .common import check_max_length, check_same_tokenizer
-from .training_common import load_classifier, plain_arguments, set_trainable, student_saver, task_inputs
+from .training_common import plain_arguments, set_trainable, student_saver, task_inputs, task_kind
 
 
 @flat_settings
@@ -31,6 +32,7 @@ def distill(
     output: str | os.PathLike,
     *,
     data: DataSettings = DataSettings(),
+    task_settings: TaskSettings = TaskSettings(),
     losses: DistillWeights = DistillWeights(),
     references: bool = False,
     reference_delta: float = 0.01,
@@ -57,9 +59,13 @@ def distill(
         >>> distill("out/teacher", "out/ghost", "out/distilled", data=DataSettings(task="sst2"),
         ...         losses=DistillWeights(attention_weight=1.0), training=TrainSettings(epochs=1))  # doctest: +SKIP
     """
-    for settings in (training, losses, student_settings, data):
+    for settings in (training, losses, student_settings, data, task_settings):
         settings.validate()
     check_reference_options(references, reference_delta, losses.sop_weight)
+    kind = task_kind(data, task_settings)
+    if references and kind.name != "classification":
+        raise GhostifyError(f"--references (RefBERT) retrieves whole-sentence references; the {kind.preset.name} task "
+                            "is not sentence classification: distill without --references")
     inputs = (("--teacher", teacher), ("--student", student), ("--dataset", data.dataset))
     check_output_dir(output, overwrite=overwrite or resume, inputs=inputs)
     check_disjoint([partial_dir(Path(output))], inputs)  # where the run's state lives meanwhile
@@ -69,12 +75,12 @@ def distill(
         student_config = load_config(student)
         check_reference_family(get_adapter(student_config), student_config)
     seed_everything(training.seed)  # before new heads, projections, the SOP classifier and the reference map are drawn
-    evaluate = losses.logit_weight > 0
-    task = task_inputs(student, data, seed=training.seed, evaluate=evaluate, require_labels=False,
+    evaluate = losses.logit_weight > 0 and kind.evaluates_while_training()
+    task = task_inputs(student, data, task_settings, seed=training.seed, evaluate=evaluate, require_labels=False,
                        sop=losses.sop_weight > 0)
-    teacher_model = load_classifier(teacher, task.preset, role="teacher", need_trained_head=evaluate)
-    student_model = load_classifier(student, task.preset, role="student", need_trained_head=False,
-                                    dropout=student_settings.dropout, attention_dropout=student_settings.attention_dropout)
+    teacher_model = task.kind.load(teacher, role="teacher", need_trained_head=losses.logit_weight > 0)
+    student_model = task.kind.load(student, role="student", need_trained_head=False, dropout=student_settings.dropout,
+                                   attention_dropout=student_settings.attention_dropout)
     train_rows, reference_module = task.train_rows, None
     if references:  # before set_trainable: the teacher→student map is part of the student
         train_rows, reference_module = prepare_references(student_model, teacher_model, task.train_rows, task.collate,
@@ -82,12 +88,12 @@ def distill(
     set_trainable(student_model, student_settings.train)
     mapping = build_layer_map(_depth(student_model), _depth(teacher_model), layer_map)
     objective = DistillObjective(student_model, teacher_model, weights=losses, layer_map=mapping,
-                                 regression=task.preset.is_regression) if not references else \
+                                 kind=task.kind) if not references else \
         ReferenceDistillObjective(student_model, teacher_model, weights=losses, layer_map=mapping,
-                                  regression=task.preset.is_regression, references=reference_module)
+                                  kind=task.kind, references=reference_module)
     # the history's flat keys, as the CLI flags name them
     arguments: dict[str, Any] = {
-        "teacher": str(teacher), "student": str(student), "task": task.preset.name, "dataset": data.dataset,
+        "teacher": str(teacher), "student": str(student), "task": task.preset.name, "dataset": task.identity["dataset"],
         "layer_map": mapping.describe(), "train": student_settings.train, "max_samples": data.max_samples,
         "max_length": data.max_length, "dropout": student_settings.dropout,
         "attention_dropout": student_settings.attention_dropout,

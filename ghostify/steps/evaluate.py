@@ -6,16 +6,16 @@ import os
 from typing import Any
 
 from ..checkpoint import load_config
-from ..data import load_split, padding_collator, resolve_task, tokenize
+from ..data import load_split
 from ..errors import GhostifyError
 from ..export.runtime import OnnxModel, onnx_path
 from ..flatten import flat_settings
 from ..heads import classifier_labels
-from ..settings import DataSettings
-from ..training.loop import evaluate as evaluate_loader
+from ..settings import DataSettings, TaskSettings
+from ..tasks import dataset_for
 from ..training.loop import multi_process_on_cpu
 from .common import check_max_length, check_positive, load_tokenizer
-from .training_common import load_classifier, with_inferred_labels
+from .training_common import task_kind
 
 BATCH_SIZE = 64  # evaluation keeps no gradients: larger batches than training's fit
 
@@ -25,11 +25,15 @@ def evaluate(
     model: str | os.PathLike,
     *,
     data: DataSettings = DataSettings(),
+    task_settings: TaskSettings = TaskSettings(),
     split: str | None = None,
     batch_size: int = BATCH_SIZE,
 ) -> dict[str, Any]:
     """``{"task": ..., "split": ..., "metrics": {...}, "samples": n}`` for ``model`` on ``split``
-    (default: the task's validation split) of ``data`` (or its fields as flat keywords).
+    (default: the task's validation split) of ``data`` (or its fields as flat keywords), with the
+    metrics of the task's kind: accuracy, F1, Matthews or Pearson/Spearman; entity precision,
+    recall, F1 and token accuracy; SQuAD exact match and F1; or an embedding model's Spearman and
+    retrieval scores.
 
     Example:
         >>> evaluate("out/tuned", data=DataSettings(task="sst2"))["metrics"]["accuracy"]  # doctest: +SKIP
@@ -37,33 +41,35 @@ def evaluate(
     from accelerate import Accelerator
     from torch.utils.data import DataLoader
 
-    data.validate()
     check_positive(batch_size=batch_size)
+    kind = task_kind(data, task_settings)
+    dataset = dataset_for(kind.preset, data.dataset)
     graph = onnx_path(model)  # an export of `ghostify export --format onnx`: run in ONNX Runtime
     directory = graph.parent if graph is not None else model
     check_max_length(data.max_length, directory)
-    preset = resolve_task(data.task, text_columns=data.text_columns, label_column=data.label_column, metric=data.metric)
-    split = split or preset.validation_split
-    rows = load_split(data.dataset, preset, split, max_samples=data.max_samples)
-    if not preset.num_labels:
-        preset = with_inferred_labels(preset, rows)
-        rows.task = preset
+    split = split or kind.preset.validation_split
+    rows = load_split(dataset, kind.preset, split, max_samples=data.max_samples)
+    preset = kind.with_data(rows)
+    rows.task = preset
     tokenizer = load_tokenizer(directory)
+    if graph is not None and kind.name != "classification":
+        raise GhostifyError(f"eval of an ONNX export runs sentence classification; evaluate the {preset.name} task on "
+                            f"the checkpoint the export was made from ({directory})")
     net = load_onnx_classifier(graph, preset) if graph is not None else \
-        load_classifier(model, preset, role="model", need_trained_head=True)
+        kind.load(model, role="model", need_trained_head=True)
+    evaluation = kind.evaluation(rows, tokenizer)
     accelerator = Accelerator(cpu=multi_process_on_cpu())
     try:
-        loader = DataLoader(tokenize(rows, tokenizer, max_length=data.max_length), batch_size=batch_size,
-                            collate_fn=padding_collator(tokenizer))
+        loader = DataLoader(evaluation.rows, batch_size=batch_size, collate_fn=evaluation.collate)
         if graph is None:
             net, loader = accelerator.prepare(net, loader)
         else:  # a graph has no parameters to place or wrap
             loader = accelerator.prepare(loader)
-        metrics = evaluate_loader(net, loader, accelerator, preset.metric, preset.is_regression)
+        metrics = evaluation.run(net, loader, accelerator)
     finally:
         accelerator.end_training()
     samples = metrics.pop("samples", 0)
-    return {"task": preset.name, "dataset": str(data.dataset), "split": split, "metrics": metrics, "samples": samples}
+    return {"task": preset.name, "dataset": str(dataset), "split": split, "metrics": metrics, "samples": samples}
 
 
 def load_onnx_classifier(graph, preset) -> OnnxModel:

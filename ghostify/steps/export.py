@@ -15,9 +15,10 @@ import torch
 
 from ..checkpoint import load_config, load_model, read_record
 from ..errors import GhostifyError
-from ..export.hf import sentence_transformers_source, write_hf
-from ..export.onnx import Pooling, example_batch, input_names, require_onnx, write_onnx
+from ..export.hf import write_hf
+from ..export.onnx import example_batch, input_names, require_onnx, write_onnx
 from ..files import atomic_directory, check_output_dir, copy_tokenizer
+from ..pooling import Pooling, sentence_transformers_source
 
 FORMATS = ("hf", "onnx")
 QUANTIZATIONS = ("int8",)

@@ -8,15 +8,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ..errors import GhostifyError
 from ..files import check_disjoint, check_output_dir
 from ..flatten import flat_settings
 from ..seeding import seed_everything
-from ..settings import DataSettings, FinetuneWeights, StudentSettings, TrainSettings
+from ..settings import DataSettings, FinetuneWeights, StudentSettings, TaskSettings, TrainSettings
 from ..training.loop import TrainResult, partial_dir
 from ..training.loop import train as run_training
 from ..training.objectives import FinetuneObjective
 from .common import check_max_length, check_same_tokenizer
-from .training_common import load_classifier, plain_arguments, set_trainable, student_saver, task_inputs
+from .training_common import plain_arguments, set_trainable, student_saver, task_inputs, task_kind
 
 
 @flat_settings
@@ -25,6 +26,7 @@ def finetune(
     output: str | os.PathLike,
     *,
     data: DataSettings = DataSettings(),
+    task_settings: TaskSettings = TaskSettings(),
     teacher: str | os.PathLike | None = None,
     losses: FinetuneWeights = FinetuneWeights(),
     student_settings: StudentSettings = StudentSettings(),
@@ -44,8 +46,11 @@ def finetune(
         >>> finetune("out/ghost", "out/tuned", data=DataSettings(task="sst2"), teacher="out/teacher",
         ...          training=TrainSettings(epochs=2))  # doctest: +SKIP
     """
-    for settings in (training, losses, student_settings, data):
+    for settings in (training, losses, student_settings, data, task_settings):
         settings.validate()
+    kind = task_kind(data, task_settings)
+    if kind.can_finetune():
+        raise GhostifyError(kind.can_finetune())
     inputs = (model, ("--teacher", teacher), ("--dataset", data.dataset))
     check_output_dir(output, overwrite=overwrite or resume, inputs=inputs)
     check_disjoint([partial_dir(Path(output))], inputs)  # where the run's state lives meanwhile
@@ -53,18 +58,18 @@ def finetune(
     if teacher is not None:
         check_same_tokenizer(teacher, model)  # before any model is loaded or OUT.partial made
     seed_everything(training.seed)  # before the task head, if new, is drawn
-    task = task_inputs(model, data, seed=training.seed, evaluate=True)
-    trained = load_classifier(model, task.preset, role="model", need_trained_head=False, dropout=student_settings.dropout,
-                              attention_dropout=student_settings.attention_dropout)
+    task = task_inputs(model, data, task_settings, seed=training.seed, evaluate=True)
+    trained = task.kind.load(model, role="model", need_trained_head=False, dropout=student_settings.dropout,
+                             attention_dropout=student_settings.attention_dropout)
     set_trainable(trained, student_settings.train)
     teacher_model = None
     if teacher is not None:
-        teacher_model = load_classifier(teacher, task.preset, role="teacher", need_trained_head=True)
-    objective = FinetuneObjective(trained, regression=task.preset.is_regression, teacher=teacher_model,
-                                  teacher_weight=losses.teacher_weight, temperature=losses.temperature)
+        teacher_model = task.kind.load(teacher, role="teacher", need_trained_head=True)
+    objective = FinetuneObjective(trained, task.kind, teacher=teacher_model, teacher_weight=losses.teacher_weight,
+                                  temperature=losses.temperature)
     # the history's flat keys, as the CLI flags name them
     arguments: dict[str, Any] = {
-        "model": str(model), "task": task.preset.name, "dataset": data.dataset, "teacher": teacher,
+        "model": str(model), "task": task.preset.name, "dataset": task.identity["dataset"], "teacher": teacher,
         **asdict(losses), **asdict(student_settings), "max_samples": data.max_samples, "max_length": data.max_length,
         **asdict(training),
     }

@@ -8,19 +8,21 @@ from pathlib import Path
 
 from ..architectures import get_adapter
 from ..checkpoint import load_config, load_model, model_record, save_checkpoint
-from ..data import batches, label_kind, load_split, resolve_task
-from ..errors import GhostifyError
+from ..data import load_split
 from ..files import check_output_dir
-from ..heads import classifier_labels
+from ..flatten import flat_settings
 from ..methods.pruning import SCORES_NAME, ImportanceScores, compute_importance
 from ..record import history_entry
 from ..seeding import seed_everything
-from ..settings import DataSettings
+from ..settings import DataSettings, TaskSettings
+from ..tasks import dataset_for
 from .common import check_max_length, check_positive, default_device, load_tokenizer
+from .training_common import task_kind
 
 SPLIT = "train"  # scores come from training data only: pruning on validation data leaks it
 
 
+@flat_settings
 def importance(
     model: str | os.PathLike,
     output: str | os.PathLike,
@@ -29,6 +31,7 @@ def importance(
     task: str | None = None,
     text_columns: tuple[str, ...] | None = None,
     label_column: str | None = None,
+    task_settings: TaskSettings = TaskSettings(),
     samples: int | None = 2048,
     batch_size: int = 32,
     max_length: int = DataSettings.max_length,
@@ -38,48 +41,50 @@ def importance(
     progress=None,
 ) -> ImportanceScores:
     """Score ``model`` on ``samples`` training examples and write it with the scores to ``output``.
+    The loss is the task kind's (``ghostify.tasks``): a sequence, token or answer-span
+    cross-entropy, or the embeddings task's label-free one.
 
     Example:
         >>> importance("models/bert-sst2", "out/scored", task="sst2", samples=1024)  # doctest: +SKIP
     """
+    kind = task_kind(DataSettings(task=task, dataset=dataset, text_columns=text_columns, label_column=label_column,
+                                  max_length=max_length), task_settings)
+    dataset = dataset_for(kind.preset, dataset)
     out = check_output_dir(output, overwrite=overwrite, inputs=(model, ("--dataset", dataset)))
     check_positive(samples=samples, batch_size=batch_size)
     check_max_length(max_length, model)
-    preset = resolve_task(task, text_columns=text_columns, label_column=label_column)
-    data = load_split(dataset, preset, SPLIT, max_samples=samples, seed=seed, require_labels=not label_free)
-    config = load_config(model)
-    num_labels = preset.num_labels or (_infer_num_labels(data) if data.has_labels else config.num_labels)
-    existing = classifier_labels(config)
-    has_classifier = existing is not None
-    if has_classifier and existing != num_labels:
-        raise GhostifyError(
-            f"{model} classifies into {existing} labels but task {preset.name} has {num_labels}; "
-            "score a model fine-tuned on this task"
-        )
-    if not has_classifier:
+    label_free = label_free or not kind.needs_labels
+    data = load_split(dataset, kind.preset, SPLIT, max_samples=samples, seed=seed, require_labels=not label_free)
+    preset = kind.with_data(data)
+    if kind.head_labels(load_config(model)) is None:
         warnings.warn(
-            f"{model} has no trained classification head: scores come from a randomly initialised one; "
+            f"{model} has no trained {kind.head} head: scores come from a randomly initialised one; "
             "fine-tune on the task first for meaningful scores",
             stacklevel=2,
         )
     tokenizer = load_tokenizer(model)
     device = default_device()
-    seed_everything(seed)  # a missing classification head is drawn next
+    seed_everything(seed)  # a missing task head is drawn next
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the fresh-head warning was given above, in plainer words
-        scorer = load_model(
-            model,
-            head="sequence-classification",
-            num_labels=num_labels,
-            problem_type="regression" if num_labels == 1 else "single_label_classification",
-        ).to(device)
+        scorer = kind.load(model, role="model", need_trained_head=False).to(device)
+    rows = kind.encode(data, tokenizer)
+    if label_free and "labels" in rows.column_names:
+        rows = rows.remove_columns("labels")
+
+    def loss(net, batch, generator):
+        return kind.per_example_loss(kind.outputs(net, batch), batch, label_free=label_free, generator=generator)
+
+    from torch.utils.data import DataLoader
+
     scores = compute_importance(
         scorer,
         get_adapter(scorer.config),
-        batches(data, tokenizer, batch_size=batch_size, max_length=max_length),
+        DataLoader(rows, batch_size=batch_size, collate_fn=kind.collator(tokenizer)),
         label_free=label_free,
         seed=seed,
         progress=progress,
+        loss=loss,
     )
     scores.metadata.update(data.describe())
     scores.metadata["label_free"] = label_free
@@ -112,10 +117,6 @@ def importance(
         overwrite=overwrite,
     )
     return scores
-
-
-def _infer_num_labels(data) -> int:
-    return label_kind(data.rows, data.task.label_column, dataset=data.dataset).num_labels
 
 
 def importance_path(model: str | os.PathLike) -> Path | None:

@@ -54,11 +54,13 @@ class Progress:
 
 @dataclass
 class Evaluation:
-    """How to evaluate the student after each epoch, and which value decides the best one."""
+    """How to evaluate the student after each epoch, and which value decides the best one: tokenised
+    ``rows`` batched by ``collate`` (in order), scored by ``run(model, loader, accelerator)``, which
+    each task kind provides (``ghostify.tasks``)."""
 
-    rows: Any  # tokenised rows with labels
-    metric: str
-    regression: bool
+    rows: Any
+    collate: Callable
+    run: Callable[[nn.Module, Any, Any], dict[str, float]]
     select: str  # key of the metric that selects the best checkpoint (higher is better)
 
 
@@ -161,7 +163,8 @@ def train(
         train_loader = DataLoader(train_rows, batch_size=micro, shuffle=True, collate_fn=collate, generator=loader_rng)
         eval_loader = None
         if evaluation is not None:
-            eval_loader = DataLoader(evaluation.rows, batch_size=max(micro, 32), shuffle=False, collate_fn=collate)
+            eval_loader = DataLoader(evaluation.rows, batch_size=max(micro, 32), shuffle=False,
+                                     collate_fn=evaluation.collate)
         params = [p for p in objective.parameters() if p.requires_grad]
         if not params:
             raise GhostifyError("nothing to train: every parameter is frozen")
@@ -231,7 +234,7 @@ def train(
             progress.batch_in_epoch = 0
             student = accelerator.unwrap_model(objective).student
             if evaluation is not None:
-                result = evaluate(student, eval_loader, accelerator, evaluation.metric, evaluation.regression)
+                result = evaluation.run(student, eval_loader, accelerator)
                 record = {"step": progress.step, "epoch": epoch + 1, "eval": result}
                 progress.history.append(record)
                 log(record)
@@ -357,7 +360,7 @@ def _stop_if_not_finite(accelerator, loss: torch.Tensor, progress: Progress, wor
 
 @torch.no_grad()
 def evaluate(model: nn.Module, loader, accelerator, metric: str, regression: bool) -> dict[str, float]:
-    """Metrics of ``model`` over ``loader``, gathered across processes without duplicates."""
+    """Classification metrics of ``model`` over ``loader``, gathered across processes without duplicates."""
     was_training = model.training
     model.eval()
     predictions, labels = [], []

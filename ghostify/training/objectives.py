@@ -4,6 +4,8 @@ wrapped for data-parallel training, and runs in eval mode without gradients."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
@@ -15,13 +17,10 @@ from ..settings import DistillWeights
 from .capture import capture, enable_score_capture
 from .layer_map import LayerMap
 from .loop import Objective
-from .losses import attention_score_mse, masked_mse, prediction_loss, task_loss
 
-
-def _inputs(batch: dict) -> tuple[dict, torch.Tensor | None]:
-    batch = dict(batch)
-    labels = batch.pop("labels", None)
-    return batch, labels
+if TYPE_CHECKING:
+    from ..tasks import TaskKind
+from .losses import attention_score_mse, masked_mse
 
 
 def _teacher_forward(teacher: nn.Module, device: torch.device, **kwargs):
@@ -33,26 +32,27 @@ def _teacher_forward(teacher: nn.Module, device: torch.device, **kwargs):
 
 
 class FinetuneObjective(Objective):
-    """Cross-entropy (MSE for regression) on labels; with a teacher, ``(1 - w)·task + w·soft-CE``."""
+    """The task's loss (cross-entropy, MSE for regression, per token, or over answer starts and
+    ends: ``kind.task_loss``); with a teacher, ``(1 - w)·task + w·teacher loss`` (``kind.teacher_loss``)."""
 
-    def __init__(self, student: nn.Module, *, regression: bool, teacher: nn.Module | None = None,
+    def __init__(self, student: nn.Module, kind: TaskKind, *, teacher: nn.Module | None = None,
                  teacher_weight: float = 1.0, temperature: float = 1.0):
         super().__init__()
         self.student = student
-        self.regression = regression
+        self.kind = kind
         self.teacher_weight = teacher_weight
         self.temperature = temperature
         object.__setattr__(self, "_teacher", teacher)  # not a submodule: never trained or wrapped
 
     def forward(self, batch: dict):
-        inputs, labels = _inputs(batch)
-        logits = self.student(**inputs).logits
-        hard = task_loss(logits, labels, self.regression)
+        inputs = self.kind.inputs(batch)
+        out = self.student(**inputs)
+        hard = self.kind.task_loss(out, batch)
         parts = {"task_loss": hard.detach()}
         if self._teacher is None:
             return hard, parts
-        teacher_logits = _teacher_forward(self._teacher, logits.device, **inputs).logits
-        soft = prediction_loss(logits, teacher_logits, self.temperature, self.regression)
+        teacher_out = _teacher_forward(self._teacher, hard.device, **inputs)
+        soft = self.kind.teacher_loss(out, teacher_out, batch, self.temperature)
         parts["teacher_loss"] = soft.detach()
         w = self.teacher_weight
         return (1 - w) * hard + w * soft, parts
@@ -96,13 +96,13 @@ class DistillObjective(Objective):
     bridge different hidden sizes; the SOP classifier reads the student's first-token output."""
 
     def __init__(self, student: nn.Module, teacher: nn.Module, *, weights: DistillWeights, layer_map: LayerMap,
-                 regression: bool):
+                 kind: TaskKind):
         super().__init__()
         weights.validate()
         self.student = student
         self.weights = weights
         self.layer_map = layer_map
-        self.regression = regression
+        self.kind = kind
         object.__setattr__(self, "_teacher", teacher)
         ds, dt = _hidden_size(student), _hidden_size(teacher)
         self.projections = nn.ModuleDict()
@@ -131,7 +131,7 @@ class DistillObjective(Objective):
         return nn.functional.cross_entropy(self.projections["sop"](first).float(), labels[keep])
 
     def forward(self, batch: dict):
-        inputs, _ = _inputs(batch)
+        inputs = self.kind.inputs(batch)
         sop = {k[len(SOP_PREFIX):]: inputs.pop(k) for k in list(inputs) if k.startswith(SOP_PREFIX)}
         mask = inputs["attention_mask"].bool()
         w = self.weights
@@ -163,7 +163,7 @@ class DistillObjective(Objective):
                     t_scores = t_scores.index_select(1, heads.to(t_scores.device))
                 parts["attention_loss"] = parts["attention_loss"] + attention_score_mse(s_scores, t_scores, mask)
         if w.logit_weight:
-            parts["logit_loss"] = prediction_loss(s_out.logits, t_out.logits, w.temperature, self.regression)
+            parts["logit_loss"] = self.kind.teacher_loss(s_out, t_out, inputs, w.temperature)
         loss = (w.emb_weight * parts["emb_loss"] + w.mha_weight * parts["mha_loss"] + w.ffn_weight * parts["ffn_loss"]
                 + w.attention_weight * parts["attention_loss"] + w.logit_weight * parts["logit_loss"])
         if w.sop_weight:

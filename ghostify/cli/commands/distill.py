@@ -6,7 +6,7 @@ import typer
 
 from ... import steps
 from ...checkpoint import load_config, read_record
-from ...settings import DataSettings, DistillWeights, StudentSettings, TrainSettings
+from ...settings import DataSettings, DistillWeights, StudentSettings, TaskSettings, TrainSettings
 from ..app import app
 from ..console import err
 from ..options import Output, Overwrite, Resume
@@ -29,6 +29,7 @@ def distill(
     output: Output,
     *,
     data: DataSettings,
+    task_settings: TaskSettings,
     losses: DistillWeights,
     references: Annotated[bool, typer.Option("--references/--no-references", help="RefBERT: the student's first layer also attends to the teacher's pre-computed representations of the most similar other training example (store saved in the output; retrieved without the teacher at inference).")] = False,
     reference_delta: Annotated[float, typer.Option("--reference-delta", help="RefBERT's δ subtracted from the first layer's attention weights at real key positions, in (0, 1).")] = 0.01,
@@ -51,7 +52,7 @@ def distill(
     sentence pairs or texts of two or more sentences. With `--logit-weight`
     the student is evaluated each epoch and the best kept; otherwise the last is written.
     """
-    result = steps.distill(teacher, student, output, data=data, losses=losses, references=references,
+    result = steps.distill(teacher, student, output, data=data, task_settings=task_settings, losses=losses, references=references,
                            reference_delta=reference_delta, layer_map=layer_map, student_settings=student_settings,
                            training=training, resume=resume, overwrite=overwrite)
     print_training(result)

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from ... import steps
-from ...settings import DataSettings, FinetuneWeights, StudentSettings, TrainSettings
+from ...settings import DataSettings, FinetuneWeights, StudentSettings, TaskSettings, TrainSettings
 from ..app import app
 from ..console import err
 from ..options import Model, Output, Overwrite, Resume
@@ -26,6 +26,7 @@ def finetune(
     output: Output,
     *,
     data: DataSettings,
+    task_settings: TaskSettings,
     teacher: Annotated[Optional[str], typer.Option("--teacher", help="Add logit distillation from this fine-tuned teacher.", show_default=False)] = None,
     losses: FinetuneWeights,
     student_settings: StudentSettings,
@@ -40,7 +41,7 @@ def finetune(
     the best checkpoint. `--teacher` adds the teacher's soft targets at `--temperature`.
     Runs unchanged under `accelerate launch` (several processes or GPUs).
     """
-    result = steps.finetune(model, output, data=data, teacher=teacher, losses=losses, student_settings=student_settings,
+    result = steps.finetune(model, output, data=data, task_settings=task_settings, teacher=teacher, losses=losses, student_settings=student_settings,
                             training=training, resume=resume, overwrite=overwrite)
     print_training(result)
     err.print(f"wrote {output}")

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from ... import steps
-from ...settings import DataSettings
+from ...settings import DataSettings, TaskSettings
 from ..app import app
 from ..console import err, progress
 from ..options import (
@@ -21,6 +21,7 @@ from ..options import (
     TextColumns,
     split_columns,
 )
+from ..settings_options import settings_options
 from ..summary import print_importance
 
 
@@ -30,6 +31,7 @@ from ..summary import print_importance
     "ghostify importance ./minilm -o out/scored --dataset ../shared/data/glue --task sst2 --samples 512\n\n"
     "ghostify importance ./model -o out/scored --dataset ./my_data --text-columns text --label-free"
 )
+@settings_options(after={"tokens_column": "label_column"})
 def importance(
     model: Model,
     output: Output,
@@ -37,6 +39,8 @@ def importance(
     task: Task = None,
     text_columns: TextColumns = None,
     label_column: LabelColumn = None,
+    *,
+    task_settings: TaskSettings,
     samples: Annotated[Optional[int], typer.Option("--samples", min=1, help="Training examples to score on (a seeded random subset); all if unset.")] = 2048,
     batch_size: BatchSize = 32,
     max_length: MaxLength = DataSettings.max_length,
@@ -59,6 +63,7 @@ def importance(
             task=task,
             text_columns=split_columns(text_columns),
             label_column=label_column,
+            task_settings=task_settings,
             samples=samples,
             batch_size=batch_size,
             max_length=max_length,

@@ -14,7 +14,7 @@ regression the score is the output's own sensitivity |df(x)/dg|.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,9 @@ from ...errors import CheckpointError
 from .gates import gated
 
 SCORES_NAME = "importance.safetensors"
+
+#: ``loss(model, batch, generator)``: one loss per example of ``batch``
+LossFunction = Callable[[nn.Module, dict, torch.Generator], torch.Tensor]
 
 
 @dataclass
@@ -94,14 +97,23 @@ def compute_importance(
     label_free: bool = False,
     seed: int = 0,
     progress=None,
+    loss: LossFunction | None = None,
 ) -> ImportanceScores:
     """Mean over examples of |d loss / d gate| for every head and FFN neuron.
 
     ``batches`` yield model inputs with ``labels`` (unless ``label_free``). ``progress`` is called
-    with each batch's size.
+    with each batch's size. ``loss(model, batch, generator)`` gives one loss per example (a task
+    kind's, ``ghostify.tasks``); the default is a sequence classifier's (:func:`per_example_loss`).
     """
     model.eval()
     regression = getattr(model.config, "problem_type", None) == "regression" or model.config.num_labels == 1
+
+    def classifier_loss(model: nn.Module, batch: dict[str, torch.Tensor], generator) -> torch.Tensor:
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        labels = None if label_free else batch["labels"]
+        return per_example_loss(model(**inputs).logits, labels, regression=regression, generator=generator)
+
+    loss = loss or classifier_loss
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
     head_sum: list[torch.Tensor] | None = None
@@ -114,14 +126,11 @@ def compute_importance(
         ffn_sum = [torch.zeros_like(g, dtype=torch.float64) for g in template_ffn]
         for batch in batches:
             batch = {k: v.to(device) for k, v in batch.items()}
-            labels = None if label_free else batch.pop("labels")
-            batch.pop("labels", None)
             size = batch["input_ids"].shape[0]
             gates.heads = [g.expand(size, -1).clone().requires_grad_(True) for g in template_heads]
             gates.ffn = [g.expand(size, -1).clone().requires_grad_(True) for g in template_ffn]
-            logits = model(**batch).logits
-            loss = per_example_loss(logits, labels, regression=regression, generator=generator)
-            grads = torch.autograd.grad(loss.sum(), [*gates.heads, *gates.ffn])
+            losses = loss(model, batch, generator)
+            grads = torch.autograd.grad(losses.sum(), [*gates.heads, *gates.ffn])
             n_layers = len(template_heads)
             for i in range(n_layers):
                 head_sum[i] += grads[i].detach().abs().sum(0).double()

@@ -1,0 +1,116 @@
+"""What a kind of task does, in one shape: how its rows are encoded, which head reads them, its
+per-example loss (importance), its task loss (finetune), its teacher loss (distill's prediction
+layer, finetune with a teacher) and its evaluation. One subclass per kind; the steps call these
+and nothing task-specific."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..checkpoint import load_config, load_model
+from ..data import TaskData, TaskPreset
+from ..errors import GhostifyError
+from ..settings import DataSettings, TaskSettings
+from ..training.loop import Evaluation
+
+
+class TaskKind:
+    """A kind of task (see ``ghostify.data.tasks``); instances are made per command by
+    ``ghostify.tasks.kind_for`` with the settings they read."""
+
+    name: str = ""
+    #: the head the models are loaded with (a ``checkpoint.HEAD_CLASSES`` key)
+    head: str = "sequence-classification"
+    #: whether the kind's losses read labels (the embeddings task's never do)
+    needs_labels: bool = True
+
+    def __init__(self, preset: TaskPreset, data: DataSettings, task: TaskSettings) -> None:
+        self.preset, self.data, self.task = preset, data, task
+
+    # ----- data ------------------------------------------------------------------------------
+    def with_data(self, data: TaskData) -> TaskPreset:
+        """The preset completed from the training data (label count, metric, tag names)."""
+        return self.preset
+
+    def encode(self, data: TaskData, tokenizer) -> Any:
+        """Training rows: token ids and the targets the losses read, unpadded."""
+        raise NotImplementedError
+
+    def collator(self, tokenizer) -> Callable:
+        from ..data import padding_collator
+
+        return padding_collator(tokenizer)
+
+    def evaluation(self, data: TaskData, tokenizer) -> Evaluation:
+        raise NotImplementedError
+
+    # ----- models ------------------------------------------------------------------------------
+    def head_labels(self, config) -> int | None:
+        """The label count of the checkpoint's head of this kind; None when it has none."""
+        raise NotImplementedError
+
+    def num_labels(self) -> int | None:
+        return self.preset.num_labels
+
+    def load(self, source: str | os.PathLike, *, role: str, need_trained_head: bool,
+             dropout: float | None = None, attention_dropout: float | None = None) -> nn.Module:
+        """``source`` with this kind's head (fresh when it has none), its dropout replaced where given."""
+        labels, wanted = self.head_labels(load_config(source)), self.num_labels()
+        if labels is not None and wanted and labels != wanted:
+            raise GhostifyError(f"{role} {source} predicts {labels} labels but task {self.preset.name} has "
+                                f"{wanted}; use a {role} for this task")
+        if need_trained_head and labels is None:
+            raise GhostifyError(f"{role} {source} has no trained {self.head} head; fine-tune it first "
+                                "(ghostify finetune) or set the prediction-layer weight to 0")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a fresh head is expected here and said once below
+            model = load_model(source, head=self.head, dropout=dropout, attention_dropout=attention_dropout,
+                               **self.head_options())
+        if labels is None and role == "model":
+            warnings.warn(f"{source} has no {self.head} head yet: a new one is trained from scratch", stacklevel=3)
+        return model
+
+    def head_options(self) -> dict[str, Any]:
+        """Extra ``load_model`` options for the head (label count, problem type)."""
+        return {"num_labels": self.num_labels()} if self.num_labels() else {}
+
+    # ----- losses ------------------------------------------------------------------------------
+    def outputs(self, model: nn.Module, batch: dict[str, torch.Tensor], **kwargs) -> Any:
+        """The model's forward on the inputs of ``batch`` (targets removed)."""
+        return model(**self.inputs(batch), **kwargs)
+
+    def inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in batch.items() if k not in self.targets}
+
+    #: the batch keys that are targets, not model inputs
+    targets: tuple[str, ...] = ("labels",)
+
+    def per_example_loss(self, output: Any, batch: dict[str, torch.Tensor], *, label_free: bool,
+                         generator: torch.Generator) -> torch.Tensor:
+        """One loss per example (importance: |d loss_i / d gate|); ``label_free``: against the
+        model's own predictions, drawn with ``generator``."""
+        raise NotImplementedError
+
+    def task_loss(self, output: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def teacher_loss(self, student: Any, teacher: Any, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
+        raise NotImplementedError
+
+    def augmentation_refusal(self) -> str | None:
+        """Why TinyBERT's word replacement cannot augment this kind's data (None: it can)."""
+        return None
+
+    def evaluates_while_training(self) -> bool:
+        """Whether the training data's validation split can score this kind (pick the best epoch)."""
+        return True
+
+    def can_finetune(self) -> str | None:
+        """Why ``finetune`` cannot train this kind (None: it can)."""
+        return None
