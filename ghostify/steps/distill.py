@@ -62,10 +62,6 @@ def distill(
     for settings in (training, losses, student_settings, data, task_settings):
         settings.validate()
     check_reference_options(references, reference_delta, losses.sop_weight)
-    kind = task_kind(data, task_settings)
-    if references and kind.name != "classification":
-        raise GhostifyError(f"--references (RefBERT) retrieves whole-sentence references; the {kind.preset.name} task "
-                            "is not sentence classification: distill without --references")
     inputs = (("--teacher", teacher), ("--student", student), ("--dataset", data.dataset))
     check_output_dir(output, overwrite=overwrite or resume, inputs=inputs)
     check_disjoint([partial_dir(Path(output))], inputs)  # where the run's state lives meanwhile
@@ -74,6 +70,10 @@ def distill(
     if references:
         student_config = load_config(student)
         check_reference_family(get_adapter(student_config), student_config)
+    kind = task_kind(data, task_settings)
+    if references and kind.name != "classification":
+        raise GhostifyError(f"--references (RefBERT) retrieves whole-sentence references; the {kind.preset.name} task "
+                            "is not sentence classification: distill without --references")
     seed_everything(training.seed)  # before new heads, projections, the SOP classifier and the reference map are drawn
     evaluate = losses.logit_weight > 0 and kind.evaluates_while_training()
     task = task_inputs(student, data, task_settings, seed=training.seed, evaluate=evaluate, require_labels=False,

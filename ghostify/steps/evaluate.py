@@ -47,6 +47,7 @@ def evaluate(
     graph = onnx_path(model)  # an export of `ghostify export --format onnx`: run in ONNX Runtime
     directory = graph.parent if graph is not None else model
     check_max_length(data.max_length, directory)
+    kind.for_model(load_config(directory))
     split = split or kind.preset.validation_split
     rows = load_split(dataset, kind.preset, split, max_samples=data.max_samples)
     preset = kind.with_data(rows)

@@ -53,12 +53,13 @@ def importance(
     out = check_output_dir(output, overwrite=overwrite, inputs=(model, ("--dataset", dataset)))
     check_positive(samples=samples, batch_size=batch_size)
     check_max_length(max_length, model)
+    kind.for_model(load_config(model))
     label_free = label_free or not kind.needs_labels
     data = load_split(dataset, kind.preset, SPLIT, max_samples=samples, seed=seed, require_labels=not label_free)
     preset = kind.with_data(data)
     if kind.head_labels(load_config(model)) is None:
         warnings.warn(
-            f"{model} has no trained {kind.head} head: scores come from a randomly initialised one; "
+            f"{model} has no trained {kind.noun} head: scores come from a randomly initialised one; "
             "fine-tune on the task first for meaningful scores",
             stacklevel=2,
         )

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checkpoint import model_record, write_checkpoint
+from ..checkpoint import load_config, model_record, write_checkpoint
 from ..data import TaskPreset, load_split, resolve_task
 from ..data.sop import add_sop_inputs, sop_collator
 from ..errors import GhostifyError
@@ -59,7 +59,7 @@ def task_inputs(
 ) -> TaskInputs:
     """The tokenised training rows of ``data`` (with sentence-order-prediction inputs when ``sop``),
     the validation set when ``evaluate``, and the collator, as the task's kind encodes them."""
-    kind = task_kind(data, task_settings)
+    kind = task_kind(data, task_settings).for_model(load_config(tokenizer_source))
     dataset = dataset_for(kind.preset, data.dataset)
     if sop and kind.name != "classification":
         raise GhostifyError(f"--sop-weight needs sentences; the {kind.preset.name} task has "

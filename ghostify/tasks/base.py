@@ -27,6 +27,8 @@ class TaskKind:
     name: str = ""
     #: the head the models are loaded with (a ``checkpoint.HEAD_CLASSES`` key)
     head: str = "sequence-classification"
+    #: what messages call the head ("no trained classification head")
+    noun: str = "classification"
     #: whether the kind's losses read labels (the embeddings task's never do)
     needs_labels: bool = True
 
@@ -42,7 +44,29 @@ class TaskKind:
         """Training rows: token ids and the targets the losses read, unpadded."""
         raise NotImplementedError
 
+    #: the model's token-type vocabulary (``type_vocab_size``; None: the family has none)
+    token_types: int | None = None
+
+    def for_model(self, config) -> TaskKind:
+        """Read what the batches must match in the model that will read them."""
+        self.token_types = getattr(config, "type_vocab_size", None)
+        return self
+
     def collator(self, tokenizer) -> Callable:
+        """Batches padded as the kind needs; without segment ids when the model has one token type
+        (a pair's second segment would index past its token-type embeddings)."""
+        collate = self._collate(tokenizer)
+        if self.token_types is None or self.token_types >= 2:
+            return collate
+
+        def without_segments(rows):
+            batch = collate(rows)
+            batch.pop("token_type_ids", None)
+            return batch
+
+        return without_segments
+
+    def _collate(self, tokenizer) -> Callable:
         from ..data import padding_collator
 
         return padding_collator(tokenizer)
@@ -66,14 +90,14 @@ class TaskKind:
             raise GhostifyError(f"{role} {source} predicts {labels} labels but task {self.preset.name} has "
                                 f"{wanted}; use a {role} for this task")
         if need_trained_head and labels is None:
-            raise GhostifyError(f"{role} {source} has no trained {self.head} head; fine-tune it first "
+            raise GhostifyError(f"{role} {source} has no trained {self.noun} head; fine-tune it first "
                                 "(ghostify finetune) or set the prediction-layer weight to 0")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a fresh head is expected here and said once below
             model = load_model(source, head=self.head, dropout=dropout, attention_dropout=attention_dropout,
                                **self.head_options())
         if labels is None and role == "model":
-            warnings.warn(f"{source} has no {self.head} head yet: a new one is trained from scratch", stacklevel=3)
+            warnings.warn(f"{source} has no {self.noun} head yet: a new one is trained from scratch", stacklevel=3)
         return model
 
     def head_options(self) -> dict[str, Any]:

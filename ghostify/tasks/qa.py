@@ -29,6 +29,7 @@ N_BEST = 20
 class QuestionAnswering(TaskKind):
     name = "qa"
     head = "question-answering"
+    noun = "question-answering"
     targets = ("start_positions", "end_positions")
 
     @property

@@ -36,6 +36,7 @@ HEAD = "ForTokenClassification"
 class TokenClassification(TaskKind):
     name = "tokens"
     head = "token-classification"
+    noun = "token-classification"
     names: list[str] | None = None
 
     def with_data(self, data: TaskData):
@@ -68,7 +69,7 @@ class TokenClassification(TaskKind):
         encoded = rows.map(encode, batched=True, remove_columns=rows.column_names)
         return encoded if data.has_labels else encoded.remove_columns("labels")
 
-    def collator(self, tokenizer):
+    def _collate(self, tokenizer):
         from transformers import DataCollatorForTokenClassification
 
         return DataCollatorForTokenClassification(tokenizer, label_pad_token_id=IGNORE, return_tensors="pt")

@@ -19,7 +19,6 @@ from ..options import (
     Seed,
     Task,
     TextColumns,
-    split_columns,
 )
 from ..settings_options import settings_options
 from ..summary import print_importance
@@ -61,7 +60,7 @@ def importance(
             output,
             dataset=dataset,
             task=task,
-            text_columns=split_columns(text_columns),
+            text_columns=text_columns,  # split by settings_options (CONVERTERS)
             label_column=label_column,
             task_settings=task_settings,
             samples=samples,
