@@ -30,6 +30,7 @@ def main(argv=None) -> None:
     parser.add_argument("--sentences", type=int, default=20000, help="unlabeled training sentences (SST-2 train)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--learning-rate", type=float, default=2e-4)
+    parser.add_argument("--logit-weight", type=float, default=1.0, help="weight of the pooled-embedding loss")
     parser.add_argument("--variants", default="6/12+ghost,3/12+ghost,3/12", help="width[+ghost], comma-separated")
     parser.add_argument("--quick", action="store_true", help="smoke test: 256 sentences, 1 epoch, 200 STS-B pairs")
     args = parser.parse_args(argv)
@@ -66,7 +67,7 @@ def main(argv=None) -> None:
                 student = pruned
         if not final.exists():
             steps.distill(args.model, student, final, **sentences, max_samples=args.sentences, epochs=args.epochs,
-                          batch_size=32, learning_rate=args.learning_rate, logit_weight=1.0, seed=0)
+                          batch_size=32, learning_rate=args.learning_rate, logit_weight=args.logit_weight, seed=0)
         results[variant] = {**evaluate(final), "params": steps.info(final)["params"],
                             "minutes": round((time.perf_counter() - started) / 60, 1)}
         results[variant]["kept"] = results[variant]["spearman"] / results["original"]["spearman"]

@@ -97,6 +97,9 @@ def test_embeddings_chain(family, data, tmp_path):
     for result in (before, after):
         assert set(result["metrics"]) == {"spearman", "pearson", "recall@10", "mrr@10"} and result["samples"] == 16
         assert -1 <= result["metrics"]["spearman"] <= 1 and 0 <= result["metrics"]["mrr@10"] <= 1
+    if family == "bert":  # the export finds the layout through the distilled student's history
+        steps.export(tmp_path / "student", tmp_path / "hf", format="hf")
+        assert (tmp_path / "hf" / "modules.json").is_file() and (tmp_path / "hf" / "1_Pooling" / "config.json").is_file()
 
 
 # ----- resume ----------------------------------------------------------------------------------------------
