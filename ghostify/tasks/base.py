@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +21,7 @@ from ..settings import DataSettings, TaskSettings
 from ..training.loop import Evaluation
 
 
-class TaskKind:
+class TaskKind(ABC):
     """A kind of task (see ``ghostify.data.tasks``); instances are made per command by
     ``ghostify.tasks.kind_for`` with the settings they read."""
 
@@ -40,9 +41,9 @@ class TaskKind:
         """The preset completed from the training data (label count, metric, tag names)."""
         return self.preset
 
+    @abstractmethod
     def encode(self, data: TaskData, tokenizer) -> Any:
         """Training rows: token ids and the targets the losses read, unpadded."""
-        raise NotImplementedError
 
     #: the model's token-type vocabulary (``type_vocab_size``; None: the family has none)
     token_types: int | None = None
@@ -71,13 +72,14 @@ class TaskKind:
 
         return padding_collator(tokenizer)
 
+    @abstractmethod
     def evaluation(self, data: TaskData, tokenizer) -> Evaluation:
-        raise NotImplementedError
+        """How a model is scored on ``data`` (the validation split)."""
 
     # ----- models ------------------------------------------------------------------------------
+    @abstractmethod
     def head_labels(self, config) -> int | None:
         """The label count of the checkpoint's head of this kind; None when it has none."""
-        raise NotImplementedError
 
     def num_labels(self) -> int | None:
         return self.preset.num_labels
@@ -115,17 +117,19 @@ class TaskKind:
     #: the batch keys that are targets, not model inputs
     targets: tuple[str, ...] = ("labels",)
 
+    @abstractmethod
     def per_example_loss(self, output: Any, batch: dict[str, torch.Tensor], *, label_free: bool,
                          generator: torch.Generator) -> torch.Tensor:
         """One loss per example (importance: |d loss_i / d gate|); ``label_free``: against the
         model's own predictions, drawn with ``generator``."""
-        raise NotImplementedError
 
     def task_loss(self, output: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        raise NotImplementedError
+        """The fine-tuning loss; a kind that cannot be fine-tuned says why (``can_finetune``)."""
+        raise GhostifyError(self.can_finetune() or f"the {self.name} task has no fine-tuning loss")
 
+    @abstractmethod
     def teacher_loss(self, student: Any, teacher: Any, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
-        raise NotImplementedError
+        """The student's loss against the teacher's outputs (distill's prediction layer)."""
 
     def augmentation_refusal(self) -> str | None:
         """Why TinyBERT's word replacement cannot augment this kind's data (None: it can)."""

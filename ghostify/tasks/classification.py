@@ -6,10 +6,10 @@ from dataclasses import replace
 from typing import Any
 
 import torch
-from torch.nn import functional as F
 
 from ..data import TaskData, label_kind, tokenize
 from ..heads import classifier_labels
+from ..methods.pruning.importance import per_example_loss
 from ..training.loop import Evaluation
 from ..training.loop import evaluate as classification_metrics
 from ..training.losses import prediction_loss, task_loss
@@ -52,16 +52,8 @@ class Classification(TaskKind):
                 "problem_type": "regression" if regression else "single_label_classification"}
 
     def per_example_loss(self, output, batch, *, label_free, generator):
-        logits = output.logits
-        if logits.dtype not in (torch.float32, torch.float64):
-            logits = logits.float()  # half-precision losses lose the small gate derivatives
         labels = None if label_free else batch["labels"]
-        if self.preset.is_regression:
-            prediction = logits.squeeze(-1)
-            return prediction if labels is None else (prediction - labels.to(prediction.dtype)) ** 2
-        if labels is None:
-            labels = sample_labels(logits, generator)
-        return F.cross_entropy(logits, labels, reduction="none")
+        return per_example_loss(output.logits, labels, regression=self.preset.is_regression, generator=generator)
 
     def task_loss(self, output, batch):
         return task_loss(output.logits, batch["labels"], self.preset.is_regression)
