@@ -1,9 +1,11 @@
 """How much of a sentence-embedding model's STS-B quality survives compression (issue 14).
 
-``all-MiniLM-L6-v2`` (../shared) is scored label-free on SST-2 sentences, pruned to 6/12 and 3/12,
-given ghost modules (or not), and distilled from the original on at most 20,000 unlabeled SST-2
-training sentences: the layer-wise losses plus the pooled-embedding loss (``--logit-weight``,
-cosine). Every model is evaluated on the STS-B validation pairs (Spearman of cosine similarities,
+``all-MiniLM-L6-v2`` (../shared) is scored label-free, pruned to 6/12 and 3/12, given ghost modules
+(or not), and distilled from the original on at most 20,000 unlabeled sentences: the layer-wise
+losses plus the pooled-embedding loss (``--logit-weight``, cosine). ``--text glue`` (the default)
+takes the sentences of the STS-B, MRPC and RTE *training* splits, shuffled with seed 0 and written
+to one ``.txt`` file (no labels, no validation text); ``--text sst2`` takes SST-2's training
+sentences (movie-review fragments, far from STS-B's news, captions and forums). Every model is evaluated on the STS-B validation pairs (Spearman of cosine similarities,
 no fine-tuning) and by retrieval (recall@10, MRR@10 of each first sentence of a pair scored >= 4
 retrieving its second), through ``ghostify eval --task embeddings``.
 
@@ -27,7 +29,9 @@ def main(argv=None) -> None:
     parser.add_argument("--work", type=Path, required=True, help="directory for the checkpoints (created)")
     parser.add_argument("--model", default=str(SHARED / "models" / "all-MiniLM-L6-v2"))
     parser.add_argument("--glue", default=str(SHARED / "data" / "glue"))
-    parser.add_argument("--sentences", type=int, default=20000, help="unlabeled training sentences (SST-2 train)")
+    parser.add_argument("--sentences", type=int, default=20000, help="unlabeled training sentences")
+    parser.add_argument("--text", choices=("glue", "sst2"), default="glue",
+                        help="glue: STS-B+MRPC+RTE training sentences; sst2: SST-2 training sentences")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--learning-rate", type=float, default=2e-4)
     parser.add_argument("--logit-weight", type=float, default=1.0, help="weight of the pooled-embedding loss")
@@ -41,7 +45,11 @@ def main(argv=None) -> None:
     warnings.simplefilter("ignore")
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
-    sentences = dict(task="embeddings", dataset=f"{args.glue}/sst2", text_columns=("sentence",), max_length=64)
+    if args.text == "sst2":
+        sentences = dict(task="embeddings", dataset=f"{args.glue}/sst2", text_columns=("sentence",), max_length=64)
+    else:
+        sentences = dict(task="embeddings", dataset=str(glue_sentences(args.glue, work / "glue-train.txt")),
+                         text_columns=("text",), max_length=64)
     sts = dict(task="embeddings", dataset=f"{args.glue}/stsb", text_columns=("sentence1", "sentence2"), max_length=64,
                max_samples=200 if args.quick else None)
 
@@ -78,6 +86,29 @@ def main(argv=None) -> None:
     for name, r in results.items():
         kept = f"{100 * r['kept']:.1f}%" if "kept" in r else "100%"
         print(f"| {name} | {r['params'] / 1e6:.1f}M | {r['spearman']:.4f} | {kept} | {r['recall@10']:.3f} | {r['mrr@10']:.3f} |")
+
+
+def glue_sentences(glue: str, path: Path) -> Path:
+    """Unique training sentences of STS-B, MRPC and RTE, shuffled with seed 0, one per line."""
+    if path.exists():
+        return path
+    import random
+
+    import datasets
+
+    seen: dict[str, None] = {}
+    for config, columns in (("stsb", ("sentence1", "sentence2")), ("mrpc", ("sentence1", "sentence2")),
+                            ("rte", ("sentence1", "sentence2"))):
+        rows = datasets.load_dataset(glue, config, split="train")
+        for column in columns:
+            for text in rows[column]:
+                text = " ".join(text.split())
+                if text:
+                    seen.setdefault(text, None)
+    texts = list(seen)
+    random.Random(0).shuffle(texts)
+    path.write_text("\n".join(texts) + "\n")
+    return path
 
 
 if __name__ == "__main__":

@@ -5,9 +5,16 @@ model is made from it. The arms then differ only in what happens to that pruned 
 same distillation and fine-tuning budget: nothing (``pruned``), ``attach-ghost`` with the paper's
 settings (``ghost``), or a ghost variant (initialisation, kernel size, no softmax, no ReLU).
 
-    python benchmarks/study_ghost_vs_pruned.py                       # the main grid
+    python benchmarks/study_ghost_vs_pruned.py                       # the main grid, CPU budget
     python benchmarks/study_ghost_vs_pruned.py --grid init --grid ablation
     python benchmarks/study_ghost_vs_pruned.py --report-only         # tables and figure from results
+    # the paper's protocol (a GPU machine that reaches the hub): BERT-base, full training sets,
+    # TinyBERT augmentation, 3 epochs of everything at batch 32 and lr 2e-5
+    python benchmarks/study_ghost_vs_pruned.py --protocol paper --tasks sst2,mrpc --widths 3/12 --seeds 0
+
+``--protocol cpu`` (the default) is the budget this study reports from a 2-core machine
+(``budget.json``); a results directory holds one budget only: the driver refuses to add arms of
+another budget to it.
 
 Each finished arm is one line of ``results.jsonl`` in ``--results``; an arm already there is
 skipped, so the study can be stopped at any moment and started again. Checkpoints go to
@@ -76,7 +83,7 @@ def grid_arms(grids: list[str], widths: list[str], init_width: str, ablation_wid
 class Budget:
     """The training budget, the same for every arm (and the teacher's)."""
 
-    train_samples: int = 2000
+    train_samples: int | None = 2000  # None: the whole training split
     max_length: int = 64
     teacher_epochs: int = 2
     teacher_learning_rate: float = 1e-4
@@ -87,6 +94,17 @@ class Budget:
     finetune_learning_rate: float = 1e-4
     teacher_weight: float = 0.5
     batch_size: int = 32
+    augment_mlm: str | None = None  # set: distill on TinyBERT-augmented training data (one per task and seed)
+
+
+#: ``--protocol``: the CPU budget, and the paper's (Huang et al. 2021, as in recipes/ghostbert-*.yaml)
+PROTOCOLS = {
+    "cpu": dict(model=str(SHARED / "models" / "all-MiniLM-L6-v2"), dataset=str(SHARED / "data" / "glue"), budget=Budget()),
+    "paper": dict(model="bert-base-uncased", dataset="nyu-mll/glue", budget=Budget(
+        train_samples=None, max_length=128, teacher_epochs=3, teacher_learning_rate=2e-5, importance_samples=4096,
+        distill_epochs=3, distill_learning_rate=2e-5, finetune_epochs=3, finetune_learning_rate=2e-5,
+        teacher_weight=1.0, batch_size=32, augment_mlm="bert-base-uncased")),
+}
 
 
 @dataclass
@@ -119,6 +137,18 @@ class Study:
                              samples=self.budget.importance_samples, max_length=self.budget.max_length, seed=seed)
         return out
 
+    def distill_data(self, task: str, seed: int) -> str:
+        """The distillation data: the task's dataset, or its TinyBERT augmentation (made once)."""
+        from ghostify import steps
+
+        if self.budget.augment_mlm is None:
+            return self.dataset
+        out = self.work / f"{task}-s{seed}" / "augmented"
+        if not out.is_dir():
+            steps.augment(self.budget.augment_mlm, out, dataset=self.dataset, task=task,
+                          max_samples=self.budget.train_samples, max_length=self.budget.max_length, seed=seed)
+        return str(out)
+
     def pruned(self, task: str, seed: int, width: str) -> Path:
         from ghostify import steps
 
@@ -144,8 +174,11 @@ class Study:
             student = root / "ghost"
         common = dict(task=task, dataset=self.dataset, max_samples=b.train_samples, max_length=b.max_length,
                       batch_size=b.batch_size, seed=seed)
+        distill_data = {**common, "dataset": self.distill_data(task, seed)}
+        if b.augment_mlm is not None:  # the augmented set is already the (sub)set's augmentation
+            distill_data["max_samples"] = None
         steps.distill(teacher, student, root / "distilled", epochs=b.distill_epochs,
-                      learning_rate=b.distill_learning_rate, **common)
+                      learning_rate=b.distill_learning_rate, **distill_data)
         steps.finetune(root / "distilled", root / "final", teacher=teacher, teacher_weight=b.teacher_weight,
                        epochs=b.finetune_epochs, learning_rate=b.finetune_learning_rate, **common)
         final = steps.evaluate(root / "final", task=task, dataset=self.dataset, max_length=b.max_length)
@@ -300,8 +333,10 @@ def write_reports(results_dir: Path, machine: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=str(SHARED / "models" / "all-MiniLM-L6-v2"))
-    parser.add_argument("--dataset", default=str(SHARED / "data" / "glue"))
+    parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default="cpu",
+                        help="cpu: the budget of this study's results; paper: BERT-base, full data, augmentation, 3 epochs")
+    parser.add_argument("--model", help="default: the protocol's (cpu: ../shared all-MiniLM-L6-v2; paper: bert-base-uncased)")
+    parser.add_argument("--dataset", help="default: the protocol's (cpu: ../shared/data/glue; paper: nyu-mll/glue)")
     parser.add_argument("--tasks", default="sst2,mrpc,stsb,rte")
     parser.add_argument("--widths", default="1/12,3/12,6/12")
     parser.add_argument("--seeds", default="0,1,2")
@@ -311,12 +346,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inits", default="center,zero-scale", help="attach-ghost --init values of the init grid")
     parser.add_argument("--init-width", default="3/12")
     parser.add_argument("--ablation-width", default="3/12")
-    parser.add_argument("--train-samples", type=int, default=Budget.train_samples)
-    parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "studies" / "ghost-vs-pruned")
-    parser.add_argument("--work", type=Path, default=REPO / "runs" / "study-ghost-vs-pruned")
+    parser.add_argument("--train-samples", type=int, help="training examples per task (default: the protocol's)")
+    parser.add_argument("--results", type=Path, help="default: benchmarks/studies/ghost-vs-pruned[-paper]")
+    parser.add_argument("--work", type=Path, help="checkpoints (default: runs/study-ghost-vs-pruned[-paper])")
     parser.add_argument("--keep", action="store_true", help="keep every arm's checkpoints")
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args(argv)
+    protocol = PROTOCOLS[args.protocol]
+    args.model = args.model or protocol["model"]
+    args.dataset = args.dataset or protocol["dataset"]
+    budget = protocol["budget"]
+    if args.train_samples is not None:
+        budget = Budget(**{**asdict(budget), "train_samples": args.train_samples})
+    suffix = "" if args.protocol == "cpu" else f"-{args.protocol}"
+    args.results = args.results or REPO / "benchmarks" / "studies" / f"ghost-vs-pruned{suffix}"
+    args.work = args.work or REPO / "runs" / f"study-ghost-vs-pruned{suffix}"
 
     args.results.mkdir(parents=True, exist_ok=True)
     info = machine_info()
@@ -325,8 +369,14 @@ def main(argv: list[str] | None = None) -> int:
         write_reports(args.results, machine)
         return 0
     warnings.simplefilter("ignore")
-    study = Study(args.model, args.dataset, args.work, args.results, Budget(train_samples=args.train_samples), args.keep)
-    (args.results / "budget.json").write_text(json.dumps({**asdict(study.budget), "model": Path(args.model).name}, indent=2))
+    study = Study(args.model, args.dataset, args.work, args.results, budget, args.keep)
+    wanted = {**asdict(study.budget), "model": Path(args.model).name}
+    recorded = args.results / "budget.json"
+    if read_results(args.results / "results.jsonl") and recorded.is_file() and json.loads(recorded.read_text()) != wanted:
+        print(f"error: {args.results} holds results of another budget ({recorded}); give another --results "
+              "or the same protocol and --train-samples", file=sys.stderr)
+        return 2
+    recorded.write_text(json.dumps(wanted, indent=2) + "\n")
     arms = grid_arms(args.grid or ["main"], args.widths.split(","), args.init_width, args.ablation_width,
                      [i for i in args.inits.split(",") if i])
     results_file = args.results / "results.jsonl"

@@ -13,7 +13,7 @@ import torch
 
 from ghostify import steps
 from ghostify.architectures import get_adapter
-from ghostify.checkpoint import load_config, load_model
+from ghostify.checkpoint import load_config, load_model, model_record, save_checkpoint
 from ghostify.errors import GhostifyError
 from ghostify.export.hf import write_hf
 from ghostify.export.onnx import example_batch, input_names
@@ -39,7 +39,17 @@ def _chain(tmp: Path, family: str, variant: str) -> Path:
     if variant == "ghosts":
         steps.attach_ghost(tmp / "pruned", tmp / "out", positions=_positions(tmp / "pruned"), features=2, per_head=True)
     elif variant == "conv":
-        steps.attach_ghost(tmp / "pruned", tmp / "out", positions="o,ffn1,ffn2", conv="conv1d-seq", kernel_size=5)
+        steps.attach_ghost(tmp / "pruned", tmp / "out", positions="o,ffn1,ffn2", conv="conv1d-seq", kernel_size=5,
+                           init="center")
+    elif variant == "zero-scale":  # output scales (zero at first) set to random values, as after training
+        steps.attach_ghost(tmp / "pruned", tmp / "ghost", positions=_positions(tmp / "pruned"), init="zero-scale")
+        net = load_model(tmp / "ghost")
+        generator = torch.Generator().manual_seed(3)
+        with torch.no_grad():
+            for name, param in net.named_parameters():
+                if name.endswith(".scale"):
+                    param.copy_(torch.randn(param.shape, generator=generator))
+        save_checkpoint(net, tmp / "out", model_record(net), tokenizer_source=tmp / "ghost")
     elif variant == "grouped":
         steps.group_linear(tmp / "pruned", tmp / "grouped", groups=2, modules="qkv,o")
         steps.attach_ghost(tmp / "grouped", tmp / "out")
@@ -80,7 +90,7 @@ _LOAD_ALL = textwrap.dedent("""
     print(json.dumps(results))
 """)
 
-HF_CASES = [(f, "ghosts") for f in FAMILIES] + [("bert", v) for v in ("conv", "grouped", "embeddings", "shared")] + [
+HF_CASES = [(f, "ghosts") for f in FAMILIES] + [("bert", v) for v in ("conv", "zero-scale", "grouped", "embeddings", "shared")] + [
     ("albert", "shared"), ("deberta-v2", "grouped"), ("electra", "embeddings")]
 
 
@@ -137,7 +147,7 @@ def test_export_command_checks_hf_and_a_uniform_ffn_width_is_a_stock_checkpoint(
         assert torch.allclose(plain(**batch).logits, net(**batch).logits, atol=1e-6)
 
 
-ONNX_CASES = [(f, "ghosts") for f in FAMILIES] + [("bert", v) for v in ("conv", "grouped", "embeddings", "shared")]
+ONNX_CASES = [(f, "ghosts") for f in FAMILIES] + [("bert", v) for v in ("conv", "zero-scale", "grouped", "embeddings", "shared")]
 
 
 @pytest.mark.parametrize("family, variant", ONNX_CASES)

@@ -20,6 +20,7 @@ from ghostify.methods.ghost import (
     GhostContext,
     GhostConv,
     GhostLinear,
+    GhostMapConv,
     GhostSettings,
     attach_ghosts,
     freeze_except_ghosts,
@@ -330,6 +331,94 @@ def test_v_starts_as_a_no_op(family):
     torch.testing.assert_close(model(**batch).last_hidden_state[real], before[real], atol=1e-5, rtol=1e-5)
 
 
+# ----------------------------------------------------------------------------------------------
+# --init: the paper's uniform start, and two starts closer to what the model computed
+# ----------------------------------------------------------------------------------------------
+def test_center_init_kernels_hand_computed():
+    """init center: the first kernel holds 0.9 on its centre tap, the other taps share 0.1."""
+    conv = GhostConv(2, kernel_size=3, init="center")
+    torch.testing.assert_close(conv.kernel()[0, 0, 0], torch.tensor([[0.05, 0.9, 0.05]] * 2))
+    k5 = GhostConv(1, kernel_size=5, init="center", softmax=False)  # no softmax: the same weights
+    torch.testing.assert_close(k5.weight[0, 0, 0, 0], torch.tensor([0.025, 0.025, 0.9, 0.025, 0.025]))
+    assert GhostConv(3, kernel_size=1, init="center").kernel().eq(1).all()  # one tap: nothing to peak
+    square = GhostConv(2, kernel_size=3, conv="conv2d", init="center").kernel()[0, 0, 0]
+    expected = torch.full((3, 3), 0.1 / 8)
+    expected[1, 1] = 0.9
+    torch.testing.assert_close(square, expected)
+    # a channel-mixing 1-D conv peaks on each channel's own input at the middle token
+    mixing = GhostConv(3, kernel_size=3, conv="conv1d-seq", init="center").kernel()[0, 0, 0].detach()  # (out, in, k)
+    for c in range(3):
+        assert float(mixing[c, c, 1]) == pytest.approx(0.9) and float(mixing[c].sum()) == pytest.approx(1.0)
+    maps = GhostMapConv(1, kernel_size=3, init="center").kernel()[0, 0]
+    torch.testing.assert_close(maps, expected)
+
+
+def test_center_init_starts_close_to_y_plus_relu_y():
+    """A centred module computes y + ReLU(0.9 y + 0.05 (neighbours)): checked on one projection."""
+    model, _ = _pruned("bert")
+    attach_ghosts(model, GhostSettings(init="center"))
+    batch = tiny_batch()
+    keep = batch["attention_mask"][:, :, None].float()
+    seen = []
+
+    def check(module, args, output):
+        y = F.linear(args[0], module.weight, module.bias) * keep
+        neighbours = F.pad(y, (0, 0, 1, 0))[:, :-1] + F.pad(y, (0, 0, 0, 1))[:, 1:]
+        torch.testing.assert_close(output * keep, (y + (0.9 * y + 0.05 * neighbours).relu()) * keep, atol=1e-5, rtol=1e-5)
+        seen.append(module)
+
+    for module in model.modules():
+        if isinstance(module, GhostLinear):
+            module.register_forward_hook(check)
+    model(**batch)
+    assert len(seen) == 4
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_zero_scale_starts_as_the_model_without_ghosts(family):
+    model, _ = _pruned(family, "sequence-classification")
+    model.eval()
+    batch = tiny_batch()
+    before = model(**batch).logits
+    positions = "qk,v,o,ffn1,ffn2" if get_adapter(model.config).uses_attention_interface else "o,ffn1,ffn2"
+    attach_ghosts(model, GhostSettings(init="zero-scale", positions=positions, features=2))
+    scales = [n for n in ghost_parameter_names(model) if n.endswith(".scale")]
+    assert scales and all(dict(model.named_parameters())[n].eq(0).all() for n in scales)
+    assert not any("ghost_v" in n for n in scales)  # v's output columns already start at zero
+    torch.testing.assert_close(model(**batch).logits, before, atol=1e-6, rtol=1e-6)
+
+
+def test_zero_scale_learns_its_scale_and_then_its_kernels():
+    model, _ = _pruned("bert", "sequence-classification")
+    attach_ghosts(model, GhostSettings(init="zero-scale"))
+    model.train()
+    params = dict(model.named_parameters())
+    names = ghost_parameter_names(model)
+    model(**tiny_batch(), labels=torch.tensor([0, 1, 1])).loss.backward()
+    assert all(params[n].grad.abs().sum() > 0 for n in names if n.endswith(".scale"))
+    assert all(params[n].grad.abs().sum() == 0 for n in names if n.endswith(".weight"))  # behind a zero scale
+    with torch.no_grad():
+        for n in names:
+            if n.endswith(".scale"):
+                params[n].fill_(0.1)
+    model.zero_grad()
+    model(**tiny_batch(), labels=torch.tensor([0, 1, 1])).loss.backward()
+    assert all(params[n].grad.abs().sum() > 0 for n in names)
+
+
+@pytest.mark.parametrize("init", ["center", "zero-scale"])
+def test_save_load_is_exact_with_each_init(init, tmp_path):
+    settings = GhostSettings(init=init, positions="qk,v,o,ffn1,ffn2")
+    model, record = _ghosted(*_pruned("bert", "sequence-classification"), settings)  # random scales and kernels
+    batch = tiny_batch()
+    before = model(**batch).logits
+    save_checkpoint(model, tmp_path / "ghost", record)
+    loaded = load_model(tmp_path / "ghost")
+    assert model_record(loaded).ghost["settings"]["init"] == init
+    assert torch.equal(loaded(**batch).logits, before)
+    assert loaded.state_dict().keys() == model.state_dict().keys()
+
+
 def test_features_and_ghost_heads_start_different():
     """Identical kernels would get identical gradients forever; extra features start apart."""
     model, _ = _pruned("bert")
@@ -573,6 +662,7 @@ def test_deepcopy_gets_its_own_mask_context():
         ({"per_head": True, "positions": "ffn1"}, "--per-head does not apply to position ffn1"),
         ({"positions": "qk", "conv": "conv1d-seq"}, "cannot act on attention maps"),
         ({"features": 2, "kernel_size": 1}, "identical features"),
+        ({"init": "xavier"}, "unknown --init 'xavier'.*uniform"),
     ],
 )
 def test_invalid_settings_are_one_line_errors(kwargs, message):
@@ -588,3 +678,5 @@ def test_settings_round_trip_and_refuse_unknown_keys():
     with pytest.raises(GhostifyError, match="unknown ghost setting"):
         GhostSettings.from_dict({**settings.to_dict(), "kernel": 3})
     assert GhostSettings().describe() == "dwconv k=3 softmax relu F=1 shared at o,ffn2"
+    assert GhostSettings(init="center").describe() == "dwconv k=3 softmax relu F=1 shared init=center at o,ffn2"
+    assert GhostSettings.from_dict({k: v for k, v in settings.to_dict().items() if k != "init"}).init == "uniform"

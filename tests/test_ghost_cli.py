@@ -73,12 +73,12 @@ def test_attach_ghost_variants_on_a_pruned_model(tmp_path, pruned_checkpoint, ca
     out = tmp_path / "variant"
     code, _, err = run_cli(
         capsys, "attach-ghost", pruned_checkpoint, "-o", out, "--kernel-size", "5", "--no-softmax", "--no-relu",
-        "--features", "2", "--per-head", "--conv", "conv2d", "--positions", "qk,v,o,ffn2",
+        "--features", "2", "--per-head", "--conv", "conv2d", "--positions", "qk,v,o,ffn2", "--init", "zero-scale",
     )
     assert code == 0, err
     settings = model_record(load_model(out)).ghost["settings"]
     assert settings == GhostSettings(kernel_size=5, softmax=False, relu=False, features=2, per_head=True, conv="conv2d",
-                                     positions="qk,v,o,ffn2").to_dict()
+                                     positions="qk,v,o,ffn2", init="zero-scale").to_dict()
     # --overwrite replaces; without it the existing output is refused
     code, _, err = run_cli(capsys, "attach-ghost", pruned_checkpoint, "-o", out)
     assert code == 2 and "--overwrite" in err
@@ -98,6 +98,7 @@ def test_attach_ghost_variants_on_a_pruned_model(tmp_path, pruned_checkpoint, ca
         (["--positions", "qk", "--conv", "conv1d-feature"], "cannot act on attention maps"),
         (["--features", "3", "--kernel-size", "1"], "identical features"),
         (["--positions", "v"], "keeps all 4 heads"),
+        (["--init", "ones"], "unknown --init 'ones'"),
     ],
 )
 def test_invalid_combinations_are_one_line_errors(tmp_path, checkpoint, capsys, args, message):

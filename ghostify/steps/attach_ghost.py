@@ -27,6 +27,7 @@ def attach_ghost(
     per_head: bool = False,
     conv: str = "dwconv",
     positions: str | Sequence[str] = DEFAULT_POSITIONS,
+    init: str = "uniform",
     seed: int = 0,
     overwrite: bool = False,
 ) -> GhostifyRecord:
@@ -34,7 +35,9 @@ def attach_ghost(
 
     The defaults are the paper's: after the attention output projection and the FFN down
     projection of every layer, ``y + ReLU(DWConv(y, softmax(W)))`` with a kernel of 3 tokens and
-    one kernel shared by all heads (2 * layers * hidden * 3 new parameters).
+    one kernel shared by all heads (2 * layers * hidden * 3 new parameters). ``init`` chooses how
+    the kernels start: ``uniform`` (the paper's), ``center`` or ``zero-scale`` (not in the paper;
+    see :data:`ghostify.methods.ghost.settings.INIT_HELP`).
 
     Example:
         >>> attach_ghost("out/pruned", "out/ghost")                                   # doctest: +SKIP
@@ -48,6 +51,7 @@ def attach_ghost(
         per_head=per_head,
         conv=conv,
         positions=positions,
+        init=init,
     )
     check_seed(seed)
     out = check_output_dir(output, overwrite=overwrite, inputs=(model,))

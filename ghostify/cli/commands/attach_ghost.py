@@ -6,7 +6,7 @@ import typer
 
 from ... import steps
 from ...methods.ghost import GhostSettings
-from ...methods.ghost.settings import CONV_HELP, POSITIONS
+from ...methods.ghost.settings import CONV_HELP, INIT_HELP, POSITIONS
 from ..app import app
 from ..console import err, human
 from ..options import Model, Output, Overwrite, Seed
@@ -19,7 +19,8 @@ from ..options import Model, Output, Overwrite, Seed
     "ghostify attach-ghost bert-base-uncased -o out/bert-ghost  (an unpruned model: 55,296 new parameters)\n\n"
     "ghostify attach-ghost out/pruned -o out/ghost-k9 --kernel-size 9 --no-softmax\n\n"
     "ghostify attach-ghost out/pruned -o out/ghost-f4 --features 4 --per-head\n\n"
-    "ghostify attach-ghost out/pruned -o out/ghost-pos --positions qk,v,o,ffn1,ffn2 --conv conv2d",
+    "ghostify attach-ghost out/pruned -o out/ghost-pos --positions qk,v,o,ffn1,ffn2 --conv conv2d\n\n"
+    "ghostify attach-ghost out/pruned -o out/ghost-z --init zero-scale  (not in the paper: starts as the pruned model)",
 )
 def attach_ghost(
     model: Model,
@@ -31,6 +32,7 @@ def attach_ghost(
     per_head: Annotated[bool, typer.Option("--per-head", help="A kernel per head (per FFN fold) on its own contribution, instead of one shared kernel on their sum.")] = False,
     conv: Annotated[str, typer.Option("--conv", help="; ".join(f"{c}: {h}" for c, h in CONV_HELP.items()) + ".")] = "dwconv",
     positions: Annotated[str, typer.Option("--positions", help=f"Comma-separated, among {', '.join(POSITIONS)}: after the attention output projection (o), the FFN down (ffn2) and up (ffn1) projections, the value projection (v: regenerates the N_H - M pruned heads), on the attention scores (qk: a Conv2D).")] = "o,ffn2",
+    init: Annotated[str, typer.Option("--init", help="How the kernels start. " + "; ".join(f"{i}: {h}" for i, h in INIT_HELP.items()) + ".")] = "uniform",
     seed: Seed = 0,
     overwrite: Overwrite = False,
 ) -> None:
@@ -48,7 +50,9 @@ def attach_ghost(
     sequence ends. With --features > 1 the extra features start from random logits (drawn from --seed)
     so that they can learn different things; --no-softmax starts from the same weights (1/k).
     The exception is `v`: its new output-projection columns start at zero, so it starts as a
-    no-op. Train the result next (`ghostify distill`, optionally `--train ghost-only`).
+    no-op. `--init center` and `--init zero-scale` (not in the paper) start closer to what the
+    model computed: kernels peaked on the centre token, or a zero output scale (the outputs are
+    unchanged until training moves it). Train the result next (`ghostify distill`, optionally `--train ghost-only`).
     """
     record = steps.attach_ghost(
         model,
@@ -60,6 +64,7 @@ def attach_ghost(
         per_head=per_head,
         conv=conv,
         positions=positions,
+        init=init,
         seed=seed,
         overwrite=overwrite,
     )

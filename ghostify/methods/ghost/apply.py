@@ -162,10 +162,15 @@ class _Builder:
         self.settings, self.context = settings, context
         self.generator = generator(seed)
 
-    def conv(self, channels: int, like: nn.Linear, *, parts: int = 1, outputs: int = 1) -> GhostConv:
+    def conv(self, channels: int, like: nn.Linear, *, parts: int = 1, outputs: int = 1,
+             starts_at_zero: bool = False) -> GhostConv:
+        """``starts_at_zero``: the module's output already enters through zero weights (the ghost
+        value heads' columns), so init "zero-scale" adds no scale: a second zero factor would give
+        neither of them a gradient."""
         s = self.settings
+        init = "uniform" if starts_at_zero and s.init == "zero-scale" else s.init
         module = GhostConv(channels, kernel_size=s.kernel_size, conv=s.conv, softmax=s.softmax, relu=s.relu,
-                           features=s.features, parts=parts, outputs=outputs, device=like.weight.device,
+                           features=s.features, parts=parts, outputs=outputs, init=init, device=like.weight.device,
                            dtype=like.weight.dtype)
         module.reset_parameters(self.generator)
         return module
@@ -173,7 +178,7 @@ class _Builder:
     def maps(self, heads: int, like: nn.Linear) -> GhostMapConv:
         s = self.settings
         module = GhostMapConv(heads, kernel_size=s.kernel_size, softmax=s.softmax, relu=s.relu, features=s.features,
-                              context=self.context, device=like.weight.device, dtype=like.weight.dtype)
+                              init=s.init, context=self.context, device=like.weight.device, dtype=like.weight.dtype)
         module.reset_parameters(self.generator)
         return module
 
@@ -197,7 +202,8 @@ def _plan_layer(adapter: ArchitectureAdapter, config: Any, layer: nn.Module, ind
     ghost_heads = None
     if "v" in positions and num_heads > kept:
         _attention(adapter, layer, paths.attention, index)
-        value = GhostValue(build.conv(head_size, o_proj, parts=parts, outputs=num_heads - kept), context)
+        value = GhostValue(build.conv(head_size, o_proj, parts=parts, outputs=num_heads - kept, starts_at_zero=True),
+                           context)
         edits.append(_Edit(layer, paths.attention, value, child="ghost_v"))
         ghost_heads = GhostColumns(o_proj.out_features, (num_heads - kept) * head_size, device=o_proj.weight.device,
                                    dtype=o_proj.weight.dtype)

@@ -60,11 +60,12 @@ class GhostConv(nn.Module):
         features: int = 1,
         parts: int = 1,
         outputs: int = 1,
+        init: str = "uniform",
         device: torch.device | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        self.channels, self.kernel_size, self.conv = channels, kernel_size, conv
+        self.channels, self.kernel_size, self.conv, self.init = channels, kernel_size, conv, init
         self.softmax, self.relu = softmax, relu
         self.features, self.parts, self.outputs = features, parts, outputs
         lead = (outputs, features, parts)
@@ -75,6 +76,8 @@ class GhostConv(nn.Module):
             "conv2d": (*lead, kernel_size, kernel_size),
         }[conv]
         self.weight = nn.Parameter(torch.empty(shape, device=device, dtype=dtype))
+        # init "zero-scale" (not in the paper): a per-channel output scale that starts at zero
+        self.scale = nn.Parameter(torch.empty(outputs, channels, device=device, dtype=dtype)) if init == "zero-scale" else None
         self.reset_parameters()
 
     # the number of trailing weight dimensions that form one kernel (normalised together)
@@ -83,7 +86,10 @@ class GhostConv(nn.Module):
         return {"dwconv": 1, "conv1d-seq": 2, "conv1d-feature": 1, "conv2d": 2}[self.conv]
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
-        init_kernels(self.weight, self._kernel_dims, softmax=self.softmax, generator=generator)
+        init_kernels(self.weight, self._kernel_dims, softmax=self.softmax, generator=generator,
+                     centre=_centre_index(self.conv, self.kernel_size) if self.init == "center" else None)
+        if self.scale is not None:
+            nn.init.zeros_(self.scale)
 
     def kernel(self) -> torch.Tensor:
         """The weights as applied: softmax-normalised over each kernel, or as they are."""
@@ -119,12 +125,14 @@ class GhostConv(nn.Module):
         # out: (batch, seq, outputs, features, channels); the conv output is fresh, so in place is safe
         if self.relu:
             out = out.relu_()
-        return out.sum(3) if f > 1 else out.squeeze(3)
+        out = out.sum(3) if f > 1 else out.squeeze(3)
+        return out * self.scale if self.scale is not None else out
 
     def extra_repr(self) -> str:
         return (
             f"{self.conv}, channels={self.channels}, kernel_size={self.kernel_size}, softmax={self.softmax}, "
             f"relu={self.relu}, features={self.features}, parts={self.parts}, outputs={self.outputs}"
+            + (f", init={self.init}" if self.init != "uniform" else "")
         )
 
 
@@ -181,6 +189,18 @@ def _shifted_sum(x: torch.Tensor, weight: torch.Tensor, padding: int) -> torch.T
     return out.reshape(batch, length, channels * outputs)
 
 
+#: init "center": the share of each first kernel's weight on its centre tap
+CENTRE_WEIGHT = 0.9
+
+
+def _centre_index(conv: str, kernel_size: int) -> tuple[int | slice, ...]:
+    """Where a kernel's centre tap is, indexing one kernel (its last dims): the middle token for
+    the 1-D kernels, the middle of both axes for a k x k one. A regular 1-D convolution (which
+    mixes channels) peaks on each channel's own input: the caller's diagonal (see init_kernels)."""
+    middle = kernel_size // 2
+    return (middle, middle) if conv == "conv2d" else ("diagonal", middle) if conv == "conv1d-seq" else (middle,)
+
+
 def init_kernels(
     weight: torch.Tensor,
     kernel_dims: int,
@@ -188,19 +208,33 @@ def init_kernels(
     softmax: bool,
     lead: int = 2,
     generator: torch.Generator | None = None,
+    centre: tuple | None = None,
 ) -> None:
     """Initialise ghost kernels (``weight``'s first ``lead`` dims index outputs and features).
 
     The kernels at index 0 of those dims (the first ghost feature) start as the uniform average
-    over their window: zero logits under softmax, the weights 1/window without it. Every further
-    feature/output starts from standard-normal logits, because identical kernels would receive
-    identical gradients and never become different features. Without softmax the weights are the
-    values the softmax would give, so both parametrisations start from the same function."""
+    over their window: zero logits under softmax, the weights 1/window without it. With ``centre``
+    (init "center", :func:`_centre_index`) they start peaked instead: the centre tap holds
+    :data:`CENTRE_WEIGHT` of the weight and the other taps share the rest, so the module starts
+    close to ``y + ReLU(y)``. Every further feature/output starts from standard-normal logits,
+    because identical kernels would receive identical gradients and never become different
+    features. Without softmax the weights are the values the softmax would give, so both
+    parametrisations start from the same function."""
     with torch.no_grad():
         logits = torch.zeros(weight.shape, dtype=torch.float32)
         if math.prod(weight.shape[:lead]) > 1:
             logits = torch.randn(weight.shape, generator=generator, dtype=torch.float32)
             logits[(0,) * lead] = 0.0
+        if centre is not None:
+            first = logits[(0,) * lead]  # the first feature's kernels: (..., *kernel dims), a view
+            size = math.prod(weight.shape[-kernel_dims:])
+            if size > 1:  # softmax weight CENTRE_WEIGHT on one of `size` logits: e^L / (e^L + size - 1)
+                peak = math.log(CENTRE_WEIGHT * (size - 1) / (1 - CENTRE_WEIGHT))
+                if centre[0] == "diagonal":  # (..., C_out, C_in, k): channel c's own input at the middle tap
+                    channels = weight.shape[-2]
+                    first[..., range(channels), range(channels), centre[1]] = peak
+                else:
+                    first[(Ellipsis, *centre)] = peak
         if not softmax:
             flat = logits.flatten(-kernel_dims) if kernel_dims > 1 else logits
             logits = flat.softmax(-1).view_as(logits)
@@ -224,19 +258,25 @@ class GhostMapConv(nn.Module):
         softmax: bool = True,
         relu: bool = True,
         features: int = 1,
+        init: str = "uniform",
         context: GhostContext | None = None,
         device: torch.device | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         self.heads, self.kernel_size, self.softmax, self.relu, self.features = heads, kernel_size, softmax, relu, features
+        self.init = init
         self.context = context  # the padding mask of the forward pass (add_scores)
         self.weight = nn.Parameter(torch.empty(heads, features, kernel_size, kernel_size, device=device, dtype=dtype))
+        self.scale = nn.Parameter(torch.empty(heads, device=device, dtype=dtype)) if init == "zero-scale" else None
         self.reset_parameters()
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
-        # (features, heads, k, k) view: feature 0 starts uniform for every head, the others random
-        init_kernels(self.weight.transpose(0, 1), 2, softmax=self.softmax, lead=1, generator=generator)
+        # (features, heads, k, k) view: feature 0 starts uniform (or centred) for every head, the others random
+        centre = _centre_index("conv2d", self.kernel_size) if self.init == "center" else None
+        init_kernels(self.weight.transpose(0, 1), 2, softmax=self.softmax, lead=1, generator=generator, centre=centre)
+        if self.scale is not None:
+            nn.init.zeros_(self.scale)
 
     def kernel(self) -> torch.Tensor:
         if not self.softmax:
@@ -256,7 +296,10 @@ class GhostMapConv(nn.Module):
         out = out.view(batch, heads, f, length, length)
         if self.relu:
             out = out.relu_()
-        return scores + (out.sum(2) if f > 1 else out.squeeze(2))
+        out = out.sum(2) if f > 1 else out.squeeze(2)
+        if self.scale is not None:
+            out = out * self.scale[:, None, None]
+        return scores + out
 
     def add_scores(self, scores: torch.Tensor) -> torch.Tensor:
         """The attention kernel's score hook: the ghost maps of ``scores``, padding from the context."""

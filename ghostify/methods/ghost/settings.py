@@ -50,6 +50,19 @@ PER_HEAD_POSITIONS: tuple[str, ...] = ("qk", "v", "o", "ffn2")
 ATTENTION_POSITIONS: tuple[str, ...] = ("qk", "v")
 
 
+#: how the kernels start; "uniform" is the paper's (zero logits: the mean over the window)
+INITS: tuple[str, ...] = ("uniform", "center", "zero-scale")
+
+
+INIT_HELP = {
+    "uniform": "the paper's: each kernel the mean over its window, so a module starts as y + ReLU(mean of y)",
+    "center": "not in the paper: each kernel peaked on the centre token (weight 0.9), so a module starts close to "
+    "y + ReLU(y)",
+    "zero-scale": "not in the paper: uniform kernels times a learnable per-channel output scale that starts at zero, "
+    "so a module starts as y (its outputs are unchanged) and learns how much ghost to add",
+}
+
+
 #: the most ghost features a module may sum: each one adds a full set of kernels (the paper uses 1)
 MAX_FEATURES = 64
 
@@ -72,6 +85,7 @@ class GhostSettings:
     per_head: bool = False
     conv: str = "dwconv"
     positions: tuple[str, ...] = DEFAULT_POSITIONS
+    init: str = "uniform"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "positions", _parse_positions(self.positions))
@@ -89,6 +103,8 @@ class GhostSettings:
                 f"--features {f} exceeds {MAX_FEATURES}: every feature adds a full set of kernels to each module; "
                 f"use 1 (the paper's default) to {MAX_FEATURES}"
             )
+        if self.init not in INITS:
+            raise GhostifyError(f"unknown --init {self.init!r}; choose one of {', '.join(INITS)} (the paper: uniform)")
         if self.conv not in CONVS:
             raise GhostifyError(f"unknown --conv {self.conv!r}; choose one of {', '.join(CONVS)}")
         for name in ("softmax", "relu", "per_head"):
@@ -138,6 +154,8 @@ class GhostSettings:
         """One line for tables and logs, e.g. ``dwconv k=3 softmax relu F=1 shared at o,ffn2``."""
         parts = [self.conv, f"k={self.kernel_size}", "softmax" if self.softmax else "no-softmax"]
         parts += ["relu" if self.relu else "no-relu", f"F={self.features}", "per-head" if self.per_head else "shared"]
+        if self.init != "uniform":
+            parts.append(f"init={self.init}")
         return " ".join(parts) + " at " + ",".join(self.positions)
 
 

@@ -1,0 +1,81 @@
+"""The ghost-vs-pruned study driver (benchmarks/study_ghost_vs_pruned.py): its statistics by hand,
+and a tiny run that is resumed, refuses to mix budgets, and pairs its arms on one pruned model."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from ghostify.testing import tiny_checkpoint, tiny_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def study():
+    spec = importlib.util.spec_from_file_location("study_ghost_vs_pruned", REPO / "benchmarks" / "study_ghost_vs_pruned.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_paired_interval_hand_computed(study):
+    # differences 1, 2, 3: mean 2, sd 1, t(0.975, 2) = 4.303, half-width 4.303 / sqrt(3) = 2.484
+    assert study.paired_interval([1.0, 2.0, 3.0]) == "+2.0 [-0.5, +4.5]"
+    assert study.paired_interval([-1.5]) == "-1.5 (1 seed)"
+    assert study.paired_interval([]) == "–"
+
+
+def test_glue_score_is_the_mean_of_the_task_metrics(study):
+    assert study.glue_score({"accuracy": 0.8, "f1": 0.9}) == pytest.approx(85.0)
+    assert study.glue_score({"pearson": 0.5, "spearman": 0.7, "loss": 3.0}) == pytest.approx(60.0)
+
+
+def test_grid_arms(study):
+    arms = study.grid_arms(["main", "init", "ablation"], ["1/12", "3/12"], "3/12", "3/12", ["center", "zero-scale"])
+    keys = [a.key for a in arms]
+    assert len(keys) == len(set(keys))
+    assert keys[:5] == ["pruned@1/12", "ghost@1/12", "pruned@3/12", "ghost@3/12", "ghost@12/12"]
+    assert {"ghost-init-center@3/12", "ghost-init-zero-scale@3/12", "ghost-k1@3/12", "ghost-k9@3/12",
+            "ghost-no-softmax@3/12", "ghost-no-relu@3/12"} <= set(keys)
+    assert next(a for a in arms if a.key == "ghost-init-center@3/12").ghost == {"init": "center"}
+
+
+def test_a_tiny_study_runs_resumes_and_keeps_one_budget(study, glue, tmp_path, capsys):
+    model = tiny_checkpoint(tmp_path / "tiny")
+    results, work = tmp_path / "results", tmp_path / "work"
+    args = ["--model", str(model), "--dataset", str(glue), "--tasks", "mrpc", "--widths", "1/2", "--seeds", "0,1",
+            "--grid", "main", "--grid", "init", "--inits", "zero-scale", "--init-width", "1/2",
+            "--train-samples", "16", "--results", str(results), "--work", str(work)]
+    assert study.main(args) == 0
+    rows = study.read_results(results / "results.jsonl")
+    keys = sorted(f"{r['seed']} {r['arm']}@{r['width']}" for r in rows)
+    per_seed = ["ghost-init-zero-scale@1/2", "ghost@1/2", "ghost@12/12", "pruned@1/2", "teacher@12/12"]
+    assert keys == [f"{s} {k}" for s in (0, 1) for k in per_seed]
+    by = {(r["seed"], r["arm"], r["width"]): r for r in rows}
+    config = tiny_config("bert")
+    ghost_params = 2 * config.num_hidden_layers * config.hidden_size * 3  # after O and FFN2, k = 3
+    for seed in (0, 1):  # the arms share one pruned model: the ghost arm adds only the ghost modules
+        pruned, ghost = by[(seed, "pruned", "1/2")], by[(seed, "ghost", "1/2")]
+        assert ghost["params"] - pruned["params"] == ghost_params and ghost["flops"] > pruned["flops"]
+        assert by[(seed, "ghost-init-zero-scale", "1/2")]["ghost"] == {"init": "zero-scale"}
+    table = (results / "table.md").read_text()
+    assert "| mrpc | 1/2 |" in table and "ghost − pruned (95% CI)" in table
+    assert (results / "score_vs_flops.png").stat().st_size > 1000
+    assert json.loads((results / "budget.json").read_text())["train_samples"] == 16
+
+    # resumed: every arm is already done, nothing is trained again
+    before = (results / "results.jsonl").read_bytes()
+    assert study.main(args) == 0
+    assert (results / "results.jsonl").read_bytes() == before
+
+    # another budget is refused in one line, and nothing is written
+    code = study.main([a if a != "16" else "8" for a in args])
+    assert code == 2
+    assert "another budget" in capsys.readouterr().err
+    assert (results / "results.jsonl").read_bytes() == before
