@@ -83,7 +83,7 @@ def grid_arms(grids: list[str], widths: list[str], init_width: str, ablation_wid
 class Budget:
     """The training budget, the same for every arm (and the teacher's)."""
 
-    train_samples: int | None = 2000  # None: the whole training split
+    train_samples: int | None = 1000  # None: the whole training split
     max_length: int = 64
     teacher_epochs: int = 2
     teacher_learning_rate: float = 1e-4
