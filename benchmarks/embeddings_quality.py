@@ -2,10 +2,16 @@
 
 ``all-MiniLM-L6-v2`` (../shared) is scored label-free, pruned to 6/12 and 3/12, given ghost modules
 (or not), and distilled from the original on at most 20,000 unlabeled sentences: the layer-wise
-losses plus the pooled-embedding loss (``--logit-weight``, cosine). ``--text glue`` (the default)
-takes the sentences of the STS-B, MRPC and RTE *training* splits, shuffled with seed 0 and written
-to one ``.txt`` file (no labels, no validation text); ``--text sst2`` takes SST-2's training
-sentences (movie-review fragments, far from STS-B's news, captions and forums). Every model is evaluated on the STS-B validation pairs (Spearman of cosine similarities,
+losses plus the pooled-embedding loss (``--logit-weight``, cosine). The sentences (``--text``):
+
+* ``stsb`` (the default, as in ``recipes/embeddings-minilm.yaml``): both sentences of every STS-B
+  *training* pair (11,498 sentences; the scores are not read, validation text is never seen);
+* ``glue``: the unique training sentences of STS-B, MRPC and RTE, shuffled with seed 0 and written
+  to one ``.txt`` file (20,000 of 22,106);
+* ``sst2``: SST-2's training sentences (movie-review fragments, far from STS-B's news, captions
+  and forums).
+
+Every model is evaluated on the STS-B validation pairs (Spearman of cosine similarities,
 no fine-tuning) and by retrieval (recall@10, MRR@10 of each first sentence of a pair scored >= 4
 retrieving its second), through ``ghostify eval --task embeddings``.
 
@@ -30,8 +36,8 @@ def main(argv=None) -> None:
     parser.add_argument("--model", default=str(SHARED / "models" / "all-MiniLM-L6-v2"))
     parser.add_argument("--glue", default=str(SHARED / "data" / "glue"))
     parser.add_argument("--sentences", type=int, default=20000, help="unlabeled training sentences")
-    parser.add_argument("--text", choices=("glue", "sst2"), default="glue",
-                        help="glue: STS-B+MRPC+RTE training sentences; sst2: SST-2 training sentences")
+    parser.add_argument("--text", choices=("stsb", "glue", "sst2"), default="stsb",
+                        help="stsb: STS-B training sentences; glue: STS-B+MRPC+RTE training sentences; sst2: SST-2's")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--learning-rate", type=float, default=2e-4)
     parser.add_argument("--logit-weight", type=float, default=1.0, help="weight of the pooled-embedding loss")
@@ -47,6 +53,9 @@ def main(argv=None) -> None:
     work.mkdir(parents=True, exist_ok=True)
     if args.text == "sst2":
         sentences = dict(task="embeddings", dataset=f"{args.glue}/sst2", text_columns=("sentence",), max_length=64)
+    elif args.text == "stsb":  # a row is a pair: two sentences
+        sentences = dict(task="embeddings", dataset=f"{args.glue}/stsb", text_columns=("sentence1", "sentence2"),
+                         max_length=64)
     else:
         sentences = dict(task="embeddings", dataset=str(glue_sentences(args.glue, work / "glue-train.txt")),
                          text_columns=("text",), max_length=64)
@@ -74,7 +83,8 @@ def main(argv=None) -> None:
             else:
                 student = pruned
         if not final.exists():
-            steps.distill(args.model, student, final, **sentences, max_samples=args.sentences, epochs=args.epochs,
+            rows = args.sentences // len(sentences["text_columns"])
+            steps.distill(args.model, student, final, **sentences, max_samples=rows, epochs=args.epochs,
                           batch_size=32, learning_rate=args.learning_rate, logit_weight=args.logit_weight, seed=0)
         results[variant] = {**evaluate(final), "params": steps.info(final)["params"],
                             "minutes": round((time.perf_counter() - started) / 60, 1)}

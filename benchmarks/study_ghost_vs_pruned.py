@@ -246,11 +246,12 @@ def paired_interval(differences: list[float]) -> str:
 
 def tables(results: list[dict[str, Any]]) -> str:
     """Markdown: per task and width the teacher, pruned and ghost scores (mean ± std over seeds),
-    the paired ghost − pruned difference with its 95% interval, and the average over tasks."""
+    the paired ghost − pruned difference with its 95% interval, the average over tasks, and the
+    ghost variants against the paper's ghost (:func:`variant_table`)."""
     by = {result_key(r): r for r in results}
     tasks = sorted({r["task"] for r in results})
     widths = sorted({r["width"] for r in results if r["arm"] != "teacher"}, key=_width_value, reverse=True)
-    arms = sorted({r["arm"] for r in results if r["arm"] not in ("teacher",)}, key=lambda a: (a != "pruned", a != "ghost", a))
+    arms = [a for a in ("pruned", "ghost") if any(r["arm"] == a for r in results)]  # variants: variant_table
     lines = ["| task | width | teacher | " + " | ".join(arms) + " | ghost − pruned (95% CI) | seeds done |",
              "|---|---|---|" + "---|" * len(arms) + "---|---|"]
     averages: dict[tuple[str, str], list[float]] = {}
@@ -278,7 +279,31 @@ def tables(results: list[dict[str, Any]]) -> str:
                for a in arms]
         if any(c != "–" for c in row):
             lines.append(f"| {width} | " + " | ".join(row) + " |")
+    lines += variant_table(results, by, tasks)
     return "\n".join(lines) + "\n"
+
+
+def variant_table(results: list[dict[str, Any]], by: dict, tasks: list[str]) -> list[str]:
+    """The ghost variants (initialisations, ablations) against the paper's ghost and the pruned arm
+    at the same width: paired differences over seeds with 95% intervals, per task and averaged."""
+    variants = sorted({(r["arm"], r["width"]) for r in results if r["arm"] not in ("teacher", "pruned", "ghost")})
+    if not variants:
+        return []
+    lines = ["", "Ghost variants, paired over seeds against the paper's ghost and the pruned model (points, 95% CI):", "",
+             "| variant | width | task | variant | variant − ghost | variant − pruned | seeds |", "|---|---|---|---|---|---|---|"]
+    for arm, width in variants:
+        for task in tasks:
+            seeds = sorted(int(r["seed"]) for r in results if (r["task"], r["arm"], r["width"]) == (task, arm, width))
+            if not seeds:
+                continue
+            scores = [by[(task, s, f"{arm}@{width}")]["score"] for s in seeds]
+            cells = []
+            for other in ("ghost", "pruned"):
+                diffs = [by[(task, s, f"{arm}@{width}")]["score"] - by[(task, s, f"{other}@{width}")]["score"]
+                         for s in seeds if (task, s, f"{other}@{width}") in by]
+                cells.append(paired_interval(diffs))
+            lines.append(f"| {arm} | {width} | {task} | {mean_std(scores)} | {cells[0]} | {cells[1]} | {len(seeds)} |")
+    return lines
 
 
 def _width_value(width: str) -> float:

@@ -79,3 +79,19 @@ def test_a_tiny_study_runs_resumes_and_keeps_one_budget(study, glue, tmp_path, c
     assert code == 2
     assert "another budget" in capsys.readouterr().err
     assert (results / "results.jsonl").read_bytes() == before
+
+
+def test_tables_hand_computed(study):
+    def row(seed, arm, score, width="3/12"):
+        return {"task": "rte", "seed": seed, "arm": arm, "width": width, "score": score}
+
+    results = [row(s, "teacher", 90.0 + s, "12/12") for s in range(3)]
+    results += [row(s, "pruned", v) for s, v in enumerate([80.0, 81.0, 82.0])]
+    results += [row(s, "ghost", v) for s, v in enumerate([81.0, 83.0, 82.0])]
+    results += [row(s, "ghost-k1", v) for s, v in enumerate([79.0, 80.0, 81.0])]
+    text = study.tables(results)
+    # ghost − pruned: 1, 2, 0 -> mean 1, sd 1, half-width 4.303 / sqrt(3) = 2.484
+    assert "| rte | 3/12 | 91.0 ± 1.0 | 81.0 ± 1.0 | 82.0 ± 1.0 | +1.0 [-1.5, +3.5] | 3 |" in text
+    # k1 − ghost: -2, -3, -1; k1 − pruned: -1, -1, -1 (no spread)
+    assert "| ghost-k1 | 3/12 | rte | 80.0 ± 1.0 | -2.0 [-4.5, +0.5] | -1.0 [-1.0, -1.0] | 3 |" in text
+    assert "| 3/12 | 81.0 | 82.0 |" in text  # the average over the (one) task
