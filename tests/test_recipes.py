@@ -178,6 +178,37 @@ def test_set_overrides_and_their_errors(tmp_path):
         recipes.load(path, ["epochs"])
 
 
+OPTIONAL_GHOSTS = """
+model: MODEL
+vars:
+  ghosts: false
+data: {dataset: DATA, text_columns: [sentence], label_column: label, max_length: 32}
+stages:
+  - importance: {samples: 16}
+  - prune: {width: 0.5}
+  - attach-ghost: {when: "${ghosts}", kernel_size: 5}
+  - eval: {}
+"""
+
+
+def test_when_false_leaves_a_stage_out_and_the_others_keep_their_numbers(tiny, tmp_path):
+    path = tmp_path / "optional.yaml"
+    path.write_text(OPTIONAL_GHOSTS.replace("MODEL", str(tiny / "model")).replace("DATA", str(tiny / "toy")))
+    plain = recipes.load(path)
+    assert [(s.index, s.command.name) for s in plain.stages] == [(0, "importance"), (1, "prune"), (3, "eval")]
+    recipes.run(plain, tmp_path / "plain")
+    assert sorted(p.name for p in (tmp_path / "plain").iterdir() if p.is_dir()) == ["01-importance", "02-prune", "04-eval"]
+    assert not load_model(tmp_path / "plain" / "02-prune").config.ghostify.get("ghost")
+
+    ghosts = recipes.load(path, ["vars.ghosts=true"])
+    assert [s.command.name for s in ghosts.stages] == ["importance", "prune", "attach-ghost", "eval"]
+    recipes.run(ghosts, tmp_path / "ghosts")
+    record = load_model(tmp_path / "ghosts" / "03-attach-ghost").config.ghostify["ghost"]
+    assert record["settings"]["kernel_size"] == 5
+    with pytest.raises(RecipeError, match="when"):
+        recipes.load(path, ["vars.ghosts=sometimes"])
+
+
 def test_invalid_yaml_is_one_line_with_its_line(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("model: x\nstages:\n  - prune: {width: [\n")

@@ -3,7 +3,9 @@
 A recipe names a ``model``, an optional ``teacher``, shared ``data`` settings, ``vars`` (values that
 ``${name}`` substitutes anywhere) and an ordered list of ``stages``. Each stage is one command with
 exactly the keys of that command's options, plus ``output`` (the stage's name, used for its directory
-and for ``${name}`` references by later stages) and ``seed``. The keys are generated from the step
+and for ``${name}`` references by later stages), ``seed``, and ``when`` (``false``: the stage is left
+out, e.g. ``when: ${ghosts}`` with ``--set vars.ghosts=true`` to turn it on; the other stages keep
+their numbers). The keys are generated from the step
 functions' signatures, a settings dataclass (``data: DataSettings``) contributing its fields as flat
 keys (``max_length``), so a recipe names every option as the CLI flag does.
 """
@@ -117,7 +119,7 @@ def _plain_type(annotation: Any) -> Any:
 
 
 def _stage_model(command: Command) -> type[BaseModel]:
-    fields: dict[str, Any] = {"output": (Optional[str], None), "seed": (Optional[int], None)}
+    fields: dict[str, Any] = {"output": (Optional[str], None), "seed": (Optional[int], None), "when": (bool, True)}
     for parameter in flat_parameters(command.function):
         name = parameter.name
         if name in INTERNAL or name in fields:
@@ -258,6 +260,8 @@ def validate(source: RecipeSource, raw: dict[str, Any]) -> Recipe:
         except ValidationError as exc:
             problems += _pydantic_problems(exc, source, (*location, command_name), model)
             values = body  # keep checking the order and references of the rest
+        if values.get("when") is False:
+            continue  # left out: nothing refers to it, and the other stages keep their numbers
         settings = {k: v for k, v in values.items() if k in body and (k == "output" or accepts(command_name, k))}
         for key, value in data.items():
             if key not in settings and accepts(command_name, key):
