@@ -169,8 +169,9 @@ def test_the_quickstart_recipe_runs_on_the_family(family, toy, tmp_path):
     tiny_checkpoint(tmp_path / "model", family)
     overrides = [f"model={tmp_path / 'model'}", f"data.dataset={toy}", "data.task=null", "data.text_columns=[sentence]",
                  "data.label_column=label", "data.max_length=32", "vars.samples=32", "importance.samples=16",
-                 "distill.batch_size=16", "finetune.batch_size=16"]
+                 "distill.batch_size=16", "finetune.batch_size=16", "vars.ghosts=true"]  # ghosts through ONNX int8
     recipe = recipes.load(REPO / "recipes" / "quickstart.yaml", overrides)
+    assert "attach-ghost" in [stage.command.name for stage in recipe.stages]
     report = recipes.run(recipe, tmp_path / "run")
     assert [row["status"] for row in report["stages"]] == ["ran"] * len(recipe.stages)
     assert report["stages"][-1]["metrics"]
