@@ -12,7 +12,7 @@ attaching and after one short distillation from the original model:
 The distillation is the issue's: 1 epoch on 1,000 SST-2 training sentences, batch 32, lr 2e-4,
 layer-wise losses plus 1 − cos of the pooled embeddings.
 
-    python benchmarks/ghost_start.py --work /tmp/ghost-start          # ~6 min on 2 cores
+    python benchmarks/ghost_start.py --work /tmp/ghost-start          # about 4 min on 2 cores
 """
 
 from __future__ import annotations
