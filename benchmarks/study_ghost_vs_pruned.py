@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import statistics
 import sys
@@ -38,6 +39,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine_info, machine_line  # noqa: E402
+
+from ghostify.files import write_text_atomically  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -343,15 +346,17 @@ def plot(results: list[dict[str, Any]], path: Path) -> Path | None:
     axes[0][0].set_ylabel("GLUE score")
     axes[0][-1].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
+    partial = path.with_name(f".{path.stem}.{os.getpid()}.png")  # another study process may be plotting too
+    fig.savefig(partial)
     plt.close(fig)
+    partial.replace(path)
     return path
 
 
 def write_reports(results_dir: Path, machine: str) -> None:
     results = read_results(results_dir / "results.jsonl")
     text = f"# Ghost vs pruned: results\n\nMachine: {machine}\n\n" + tables(results)
-    (results_dir / "table.md").write_text(text)
+    write_text_atomically(results_dir / "table.md", text)
     plot(results, results_dir / "score_vs_flops.png")
     print(text)
 
@@ -401,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.results} holds results of another budget ({recorded}); give another --results "
               "or the same protocol and --train-samples", file=sys.stderr)
         return 2
-    recorded.write_text(json.dumps(wanted, indent=2) + "\n")
+    # atomic: a second study process (one per task) reads it while this one writes
+    write_text_atomically(recorded, json.dumps(wanted, indent=2) + "\n")
     arms = grid_arms(args.grid or ["main"], args.widths.split(","), args.init_width, args.ablation_width,
                      [i for i in args.inits.split(",") if i])
     results_file = args.results / "results.jsonl"
