@@ -8,6 +8,7 @@ settings (``ghost``), or a ghost variant (initialisation, kernel size, no softma
     python benchmarks/study_ghost_vs_pruned.py                       # the main grid, CPU budget
     python benchmarks/study_ghost_vs_pruned.py --grid init --grid ablation
     python benchmarks/study_ghost_vs_pruned.py --report-only         # tables and figure from results
+    python benchmarks/study_ghost_vs_pruned.py --report-only --report-tasks sst2,mrpc,rte   # table-sst2-mrpc-rte.md
     # the paper's protocol (a GPU machine that reaches the hub): BERT-base, full training sets,
     # TinyBERT augmentation, 3 epochs of everything at batch 32 and lr 2e-5
     python benchmarks/study_ghost_vs_pruned.py --protocol paper --tasks sst2,mrpc --widths 3/12 --seeds 0
@@ -276,12 +277,16 @@ def tables(results: list[dict[str, Any]]) -> str:
             lines.append(f"| {task} | {width} | {mean_std(teacher)} | " + " | ".join(cells) +
                          f" | {paired_interval(diffs)} | {done} |")
     lines += ["", "Average over the tasks (only where every task has every seed):", "",
-              "| width | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+              "| width | " + " | ".join(arms) + " | ghost − pruned (95% CI, per seed the mean over tasks) |",
+              "|---|" + "---|" * len(arms) + "---|"]
     for width in widths:
         row = [f"{statistics.fmean(averages[(a, width)]):.1f}" if len(averages.get((a, width), [])) == len(tasks) else "–"
                for a in arms]
+        paired_seeds = sorted({s for (_, s, _) in by if all((t, s, f"{a}@{width}") in by for t in tasks for a in ("pruned", "ghost"))})
+        diffs = [statistics.fmean(by[(t, s, f"ghost@{width}")]["score"] - by[(t, s, f"pruned@{width}")]["score"] for t in tasks)
+                 for s in paired_seeds]
         if any(c != "–" for c in row):
-            lines.append(f"| {width} | " + " | ".join(row) + " |")
+            lines.append(f"| {width} | " + " | ".join(row) + f" | {paired_interval(diffs)} |")
     lines += variant_table(results, by, tasks)
     return "\n".join(lines) + "\n"
 
@@ -306,7 +311,25 @@ def variant_table(results: list[dict[str, Any]], by: dict, tasks: list[str]) -> 
                          for s in seeds if (task, s, f"{other}@{width}") in by]
                 cells.append(paired_interval(diffs))
             lines.append(f"| {arm} | {width} | {task} | {mean_std(scores)} | {cells[0]} | {cells[1]} | {len(seeds)} |")
+        if len(tasks) > 1:
+            lines.append(_variant_average(arm, width, by, tasks))
     return lines
+
+
+def _variant_average(arm: str, width: str, by: dict, tasks: list[str]) -> str:
+    """The variant's row averaged over tasks: per seed the mean over tasks (of its score, and of its
+    paired differences), over the seeds where every task has every arm involved."""
+    seeds = sorted({s for (_, s, key) in by if key == f"{arm}@{width}"})
+    seeds = [s for s in seeds if all((t, s, f"{a}@{width}") in by for t in tasks for a in (arm, "ghost", "pruned"))]
+    if not seeds:
+        return f"| {arm} | {width} | average | – | – | – | 0 |"
+
+    def per_seed(other: str | None) -> list[float]:
+        return [statistics.fmean(by[(t, s, f"{arm}@{width}")]["score"] - (by[(t, s, f"{other}@{width}")]["score"] if other else 0.0)
+                                 for t in tasks) for s in seeds]
+
+    return (f"| {arm} | {width} | average | {mean_std(per_seed(None))} | {paired_interval(per_seed('ghost'))} | "
+            f"{paired_interval(per_seed('pruned'))} | {len(seeds)} |")
 
 
 def _width_value(width: str) -> float:
@@ -353,11 +376,17 @@ def plot(results: list[dict[str, Any]], path: Path) -> Path | None:
     return path
 
 
-def write_reports(results_dir: Path, machine: str) -> None:
+def write_reports(results_dir: Path, machine: str, tasks: list[str] | None = None) -> None:
+    """table.md and score_vs_flops.png from every result; with ``tasks``, only the tables over
+    those tasks, as table-<tasks>.md (e.g. the averages without a task too noisy to read)."""
     results = read_results(results_dir / "results.jsonl")
-    text = f"# Ghost vs pruned: results\n\nMachine: {machine}\n\n" + tables(results)
-    write_text_atomically(results_dir / "table.md", text)
-    plot(results, results_dir / "score_vs_flops.png")
+    if tasks:
+        results = [r for r in results if r["task"] in tasks]
+    title = "# Ghost vs pruned: results" + (f" on {', '.join(tasks)}" if tasks else "")
+    text = f"{title}\n\nMachine: {machine}\n\n" + tables(results)
+    write_text_atomically(results_dir / (f"table-{'-'.join(tasks)}.md" if tasks else "table.md"), text)
+    if not tasks:
+        plot(results, results_dir / "score_vs_flops.png")
     print(text)
 
 
@@ -381,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, help="checkpoints (default: runs/study-ghost-vs-pruned[-paper])")
     parser.add_argument("--keep", action="store_true", help="keep every arm's checkpoints")
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--report-tasks", help="with --report-only: tables over these tasks only, as table-<tasks>.md")
     args = parser.parse_args(argv)
     protocol = PROTOCOLS[args.protocol]
     args.model = args.model or protocol["model"]
@@ -396,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine_info()
     machine = machine_line(info)
     if args.report_only:
-        write_reports(args.results, machine)
+        write_reports(args.results, machine, args.report_tasks.split(",") if args.report_tasks else None)
         return 0
     warnings.simplefilter("ignore")
     study = Study(args.model, args.dataset, args.work, args.results, budget, args.keep)

@@ -94,4 +94,39 @@ def test_tables_hand_computed(study):
     assert "| rte | 3/12 | 91.0 ± 1.0 | 81.0 ± 1.0 | 82.0 ± 1.0 | +1.0 [-1.5, +3.5] | 3 |" in text
     # k1 − ghost: -2, -3, -1; k1 − pruned: -1, -1, -1 (no spread)
     assert "| ghost-k1 | 3/12 | rte | 80.0 ± 1.0 | -2.0 [-4.5, +0.5] | -1.0 [-1.0, -1.0] | 3 |" in text
-    assert "| 3/12 | 81.0 | 82.0 |" in text  # the average over the (one) task
+    assert "| 3/12 | 81.0 | 82.0 | +1.0 [-1.5, +3.5] |" in text  # the average over the (one) task
+    assert "average" not in text.split("Ghost variants")[1]  # one task: no average row
+
+
+def test_variant_average_pairs_the_per_seed_task_means(study):
+    def row(task, seed, arm, score):
+        return {"task": task, "seed": seed, "arm": arm, "width": "3/12", "score": score}
+
+    results = []
+    for task, base in (("rte", 50.0), ("sst2", 80.0)):
+        results += [row(task, s, "pruned", base + s) for s in range(3)]
+        results += [row(task, s, "ghost", base + 2 * s) for s in range(3)]
+    results += [row("rte", s, "ghost-k1", v) for s, v in enumerate([51.0, 52.0, 53.0])]
+    results += [row("sst2", s, "ghost-k1", v) for s, v in enumerate([81.0, 80.0, 83.0])]
+    results.append(row("rte", 3, "ghost-k1", 99.0))  # a seed only one task has: left out of the average
+    text = study.tables(results)
+    # per seed, mean over tasks: k1 66, 66, 68 (mean 66.7, sd 1.15); k1 − ghost: (1+1)/2, (0-2)/2, (-1-1)/2 =
+    # 1, -1, -1 (mean -0.33, sd 1.155, half-width 4.303 * 1.155 / sqrt(3) = 2.87); k1 − pruned: 1, 0, 1
+    # (mean 0.67, sd 0.577, half-width 1.43)
+    assert "| ghost-k1 | 3/12 | average | 66.7 ± 1.2 | -0.3 [-3.2, +2.5] | +0.7 [-0.8, +2.1] | 3 |" in text
+
+
+def test_report_over_some_tasks_leaves_the_full_report_alone(study, tmp_path):
+    def row(task, seed, arm, score):
+        return {"task": task, "seed": seed, "arm": arm, "width": "3/12", "score": score, "flops": 1e9}
+
+    results = tmp_path / "results"
+    results.mkdir()
+    rows = [row(t, s, a, base + s) for t, base in (("rte", 50.0), ("stsb", 10.0), ("sst2", 80.0))
+            for s in range(2) for a in ("pruned", "ghost")]
+    (results / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert study.main(["--report-only", "--results", str(results), "--report-tasks", "sst2,rte"]) == 0
+    subset = (results / "table-sst2-rte.md").read_text()
+    assert "on sst2, rte" in subset and "| 3/12 | 65.5 | 65.5 | +0.0 [+0.0, +0.0] |" in subset  # the average over rte and sst2
+    assert "stsb" not in subset
+    assert not (results / "table.md").exists() and not (results / "score_vs_flops.png").exists()
