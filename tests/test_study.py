@@ -130,3 +130,27 @@ def test_report_over_some_tasks_leaves_the_full_report_alone(study, tmp_path):
     assert "on sst2, rte" in subset and "| 3/12 | 65.5 | 65.5 | +0.0 [+0.0, +0.0] |" in subset  # the average over rte and sst2
     assert "stsb" not in subset
     assert not (results / "table.md").exists() and not (results / "score_vs_flops.png").exists()
+
+
+def test_kernel_drift_reads_the_applied_kernels(tmp_path):
+    """benchmarks/ghost_kernel_drift.py: a fresh ghost module's applied kernels are 1/k per tap, with
+    softmax or without; a copy has no drift; a known change gives its hand-computed relative change."""
+    import torch
+
+    from ghostify import steps
+
+    spec = importlib.util.spec_from_file_location("ghost_kernel_drift", REPO / "benchmarks" / "ghost_kernel_drift.py")
+    drift = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(drift)
+    model = tiny_checkpoint(tmp_path / "tiny")
+    for softmax in (True, False):
+        ghost = tmp_path / f"ghost-{softmax}"
+        steps.attach_ghost(model, ghost, softmax=softmax)
+        kernels, weights = drift.kernels_and_weights(ghost)
+        config = tiny_config("bert")
+        assert len(kernels) == 2 * config.num_hidden_layers  # after O and after FFN2
+        assert all(torch.allclose(k, torch.full_like(k, 1 / 3)) for k in kernels.values())
+        assert weights and not any(name.startswith(k + ".") for name in weights for k in kernels)  # kernels apart
+        assert drift.relative_change(kernels, kernels) == (0.0, 0.0)
+    before = {"a": torch.tensor([3.0, 4.0])}
+    assert drift.relative_change(before, {"a": torch.tensor([3.0, 4.5])}) == pytest.approx((0.1, 0.5))  # 0.5 / 5
