@@ -425,8 +425,16 @@ def main(argv: list[str] | None = None) -> int:
     args.results.mkdir(parents=True, exist_ok=True)
     info = machine_info()
     machine = machine_line(info)
+    if args.report_tasks and not args.report_only:
+        parser.error("--report-tasks chooses the tasks of a report; give it with --report-only")
     if args.report_only:
-        write_reports(args.results, machine, args.report_tasks.split(",") if args.report_tasks else None)
+        tasks = args.report_tasks.split(",") if args.report_tasks else None
+        present = sorted({r["task"] for r in read_results(args.results / "results.jsonl")})
+        if tasks and not set(tasks) <= set(present):
+            print(f"error: --report-tasks {args.report_tasks}: {args.results} has results for "
+                  f"{', '.join(present) or 'no task'}; choose among those", file=sys.stderr)
+            return 2
+        write_reports(args.results, machine, tasks)
         return 0
     warnings.simplefilter("ignore")
     study = Study(args.model, args.dataset, args.work, args.results, budget, args.keep)

@@ -116,7 +116,7 @@ def test_variant_average_pairs_the_per_seed_task_means(study):
     assert "| ghost-k1 | 3/12 | average | 66.7 ± 1.2 | -0.3 [-3.2, +2.5] | +0.7 [-0.8, +2.1] | 3 |" in text
 
 
-def test_report_over_some_tasks_leaves_the_full_report_alone(study, tmp_path):
+def test_report_over_some_tasks_leaves_the_full_report_alone(study, tmp_path, capsys):
     def row(task, seed, arm, score):
         return {"task": task, "seed": seed, "arm": arm, "width": "3/12", "score": score, "flops": 1e9}
 
@@ -130,6 +130,8 @@ def test_report_over_some_tasks_leaves_the_full_report_alone(study, tmp_path):
     assert "on sst2, rte" in subset and "| 3/12 | 65.5 | 65.5 | +0.0 [+0.0, +0.0] |" in subset  # the average over rte and sst2
     assert "stsb" not in subset
     assert not (results / "table.md").exists() and not (results / "score_vs_flops.png").exists()
+    assert study.main(["--report-only", "--results", str(results), "--report-tasks", "sst2,cola"]) == 2
+    assert "has results for rte, sst2, stsb" in capsys.readouterr().err
 
 
 def test_kernel_drift_reads_the_applied_kernels(tmp_path):
