@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|")
     for arm in ARMS:
         result = study.run_arm(args.task, args.seed, arm)
-        root = args.work / f"{args.task}-s{args.seed}" / "arms" / arm.key.replace("/", "of")
+        root = study.arm_dir(args.task, args.seed, arm)
         kernels0, weights0 = kernels_and_weights(root / "ghost")
         kernels1, weights1 = kernels_and_weights(root / "final")
         kernel_change, kernel_max = relative_change(kernels0, kernels1)

@@ -164,12 +164,16 @@ class Study:
         return out
 
     # ----- one arm ----------------------------------------------------------------------------
+    def arm_dir(self, task: str, seed: int, arm: Arm) -> Path:
+        """The arm's checkpoints: ghost/ (when it attaches ghosts), distilled/, final/."""
+        return self.work / f"{task}-s{seed}" / "arms" / arm.key.replace("/", "of")
+
     def run_arm(self, task: str, seed: int, arm: Arm) -> dict[str, Any]:
         from ghostify import steps
 
         b = self.budget
         started = time.perf_counter()
-        root = self.work / f"{task}-s{seed}" / "arms" / arm.key.replace("/", "of")
+        root = self.arm_dir(task, seed, arm)
         shutil.rmtree(root, ignore_errors=True)  # an interrupted arm starts over: its result is all-or-nothing
         teacher = self.teacher(task, seed)
         student = self.pruned(task, seed, arm.width)
@@ -282,9 +286,7 @@ def tables(results: list[dict[str, Any]]) -> str:
     for width in widths:
         row = [f"{statistics.fmean(averages[(a, width)]):.1f}" if len(averages.get((a, width), [])) == len(tasks) else "–"
                for a in arms]
-        paired_seeds = sorted({s for (_, s, _) in by if all((t, s, f"{a}@{width}") in by for t in tasks for a in ("pruned", "ghost"))})
-        diffs = [statistics.fmean(by[(t, s, f"ghost@{width}")]["score"] - by[(t, s, f"pruned@{width}")]["score"] for t in tasks)
-                 for s in paired_seeds]
+        diffs = task_means(by, tasks, width, seeds_with(by, tasks, width, ("pruned", "ghost")), "ghost", "pruned")
         if any(c != "–" for c in row):
             lines.append(f"| {width} | " + " | ".join(row) + f" | {paired_interval(diffs)} |")
     lines += variant_table(results, by, tasks)
@@ -319,17 +321,25 @@ def variant_table(results: list[dict[str, Any]], by: dict, tasks: list[str]) -> 
 def _variant_average(arm: str, width: str, by: dict, tasks: list[str]) -> str:
     """The variant's row averaged over tasks: per seed the mean over tasks (of its score, and of its
     paired differences), over the seeds where every task has every arm involved."""
-    seeds = sorted({s for (_, s, key) in by if key == f"{arm}@{width}"})
-    seeds = [s for s in seeds if all((t, s, f"{a}@{width}") in by for t in tasks for a in (arm, "ghost", "pruned"))]
+    seeds = seeds_with(by, tasks, width, (arm, "ghost", "pruned"))
     if not seeds:
         return f"| {arm} | {width} | average | – | – | – | 0 |"
+    return (f"| {arm} | {width} | average | {mean_std(task_means(by, tasks, width, seeds, arm))} | "
+            f"{paired_interval(task_means(by, tasks, width, seeds, arm, 'ghost'))} | "
+            f"{paired_interval(task_means(by, tasks, width, seeds, arm, 'pruned'))} | {len(seeds)} |")
 
-    def per_seed(other: str | None) -> list[float]:
-        return [statistics.fmean(by[(t, s, f"{arm}@{width}")]["score"] - (by[(t, s, f"{other}@{width}")]["score"] if other else 0.0)
-                                 for t in tasks) for s in seeds]
 
-    return (f"| {arm} | {width} | average | {mean_std(per_seed(None))} | {paired_interval(per_seed('ghost'))} | "
-            f"{paired_interval(per_seed('pruned'))} | {len(seeds)} |")
+def seeds_with(by: dict, tasks: list[str], width: str, arms: tuple[str, ...]) -> list[int]:
+    """The seeds for which every task has every one of ``arms`` at ``width``."""
+    return sorted({s for (_, s, _) in by if all((t, s, f"{a}@{width}") in by for t in tasks for a in arms)})
+
+
+def task_means(by: dict, tasks: list[str], width: str, seeds: list[int], arm: str, minus: str | None = None) -> list[float]:
+    """Per seed, the mean over tasks of ``arm``'s score, or of its paired difference to ``minus``."""
+    def score(task: str, seed: int, name: str) -> float:
+        return by[(task, seed, f"{name}@{width}")]["score"]
+
+    return [statistics.fmean(score(t, s, arm) - (score(t, s, minus) if minus else 0.0) for t in tasks) for s in seeds]
 
 
 def _width_value(width: str) -> float:
