@@ -25,9 +25,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine_info, machine_line  # noqa: E402
-from study_ghost_vs_pruned import PROTOCOLS, REPO, Arm, Study  # noqa: E402
 
-ARMS = (Arm("ghost", "3/12", {}), Arm("ghost-no-softmax", "3/12", {"softmax": False}))
+REPO = Path(__file__).resolve().parents[1]
 
 
 def kernels_and_weights(model_dir: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -52,6 +51,10 @@ def relative_change(before: dict[str, torch.Tensor], after: dict[str, torch.Tens
 
 
 def main(argv: list[str] | None = None) -> int:
+    # here, not at the top: the study imports this module's measurements for its drift column
+    from study_ghost_vs_pruned import PROTOCOLS, Arm, Study
+
+    arms = (Arm("ghost", "3/12", {}), Arm("ghost-no-softmax", "3/12", {"softmax": False}))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="sst2")
     parser.add_argument("--seed", type=int, default=0)
@@ -65,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.task}, seed {args.seed}, width 3/12, the study's CPU budget\n")
     print("| arm | score | ghost kernels: relative change | largest kernel change | other weights: relative change |")
     print("|---|---|---|---|---|")
-    for arm in ARMS:
+    for arm in arms:
         result = study.run_arm(args.task, args.seed, arm)
         root = study.arm_dir(args.task, args.seed, arm)
         kernels0, weights0 = kernels_and_weights(root / "ghost")

@@ -12,10 +12,17 @@ settings (``ghost``), or a ghost variant (initialisation, kernel size, no softma
     # the paper's protocol (a GPU machine that reaches the hub): BERT-base, full training sets,
     # TinyBERT augmentation, 3 epochs of everything at batch 32 and lr 2e-5
     python benchmarks/study_ghost_vs_pruned.py --protocol paper --tasks sst2,mrpc --widths 3/12 --seeds 0
+    # issue 23: MiniLM on the full MRPC, RTE and STS-B training sets and 8,000 SST-2 examples, 3/12,
+    # the pruned and ghost arms against ghosts trained at their own rate (--ghost-lr-multiplier x the
+    # stage's); --grid lr-sweep: the ghost arm at x10, x30, x100 on SST-2
+    python benchmarks/study_ghost_vs_pruned.py --protocol medium --epochs 2
+    python benchmarks/study_ghost_vs_pruned.py --protocol medium --grid lr-sweep
 
 ``--protocol cpu`` (the default) is the budget this study reports from a 2-core machine
 (``budget.json``); a results directory holds one budget only: the driver refuses to add arms of
-another budget to it.
+another budget to it. Each arm's row also holds how far training moved the applied ghost kernels
+and the other weights from the arm's start (``kernel_drift``, ``weight_drift``, measured as
+``ghost_kernel_drift.py`` does); the tables show them where the rows have them.
 
 Each finished arm is one line of ``results.jsonl`` in ``--results``; an arm already there is
 skipped, so the study can be stopped at any moment and started again. Checkpoints go to
@@ -34,12 +41,14 @@ import statistics
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine_info, machine_line  # noqa: E402
+
+from ghost_kernel_drift import kernels_and_weights, relative_change  # noqa: E402
 
 from ghostify.files import write_text_atomically  # noqa: E402
 
@@ -57,14 +66,34 @@ class Arm:
     name: str
     width: str  # "6/12"; "12/12" means unpruned
     ghost: dict[str, Any] | None = None  # attach-ghost settings; None: no ghost modules
+    ghost_lr: float | None = None  # set: --ghost-learning-rate is this multiple of each stage's rate
+    tasks: tuple[str, ...] | None = None  # the tasks it runs on (None: every task)
 
     @property
     def key(self) -> str:
         return f"{self.name}@{self.width}"
 
+    def runs_on(self, task: str) -> bool:
+        return self.tasks is None or task in self.tasks
 
-def grid_arms(grids: list[str], widths: list[str], init_width: str, ablation_width: str, inits: list[str]) -> list[Arm]:
+
+#: ``--grid lr-sweep``: the ghost learning-rate multipliers, and the one task they run on
+LR_SWEEP = (10.0, 30.0, 100.0)
+LR_SWEEP_TASKS = ("sst2",)
+
+
+def grid_arms(grids: list[str], widths: list[str], init_width: str, ablation_width: str, inits: list[str],
+              ghost_lr_multiplier: float = 10.0) -> list[Arm]:
     arms: list[Arm] = []
+    if "ghost-lr" in grids:  # issue 23: do ghosts pay once their kernels train at a rate of their own?
+        for width in widths:
+            m = ghost_lr_multiplier  # in the arm's name: arms at other multipliers share a results directory
+            arms += [Arm("pruned", width), Arm("ghost", width, {}), Arm(f"ghost-lr{m:g}", width, {}, m),
+                     Arm(f"zero-scale-lr{m:g}", width, {"init": "zero-scale"}, m)]
+    if "lr-sweep" in grids:
+        for width in widths:
+            arms += [Arm("pruned", width, tasks=LR_SWEEP_TASKS), Arm("ghost", width, {}, tasks=LR_SWEEP_TASKS)]
+            arms += [Arm(f"ghost-lr{m:g}", width, {}, m, LR_SWEEP_TASKS) for m in LR_SWEEP]
     if "main" in grids:
         for width in widths:
             arms += [Arm("pruned", width), Arm("ghost", width, {})]
@@ -77,9 +106,15 @@ def grid_arms(grids: list[str], widths: list[str], init_width: str, ablation_wid
         arms += [Arm(f"ghost-k{k}", ablation_width, {"kernel_size": k}) for k in (1, 5, 9)]
         arms += [Arm("ghost-no-softmax", ablation_width, {"softmax": False}),
                  Arm("ghost-no-relu", ablation_width, {"relu": False})]
+    # one arm per configuration, under the name of the first grid that wants it (the lr sweep's x10 is
+    # the ghost-lr grid's ghost-lr arm at the default multiplier), on the tasks of every grid wanting it
     unique: dict[str, Arm] = {}
     for arm in arms:
-        unique.setdefault(arm.key, arm)
+        config = json.dumps([arm.width, arm.ghost, arm.ghost_lr], sort_keys=True)
+        first = unique.setdefault(config, arm)
+        if first.tasks is not None and first.tasks != arm.tasks:
+            tasks = None if arm.tasks is None else (*first.tasks, *(t for t in arm.tasks if t not in first.tasks))
+            unique[config] = replace(first, tasks=tasks)
     return list(unique.values())
 
 
@@ -99,15 +134,39 @@ class Budget:
     teacher_weight: float = 0.5
     batch_size: int = 32
     augment_mlm: str | None = None  # set: distill on TinyBERT-augmented training data (one per task and seed)
+    # only in budgets that set them (budget_record leaves them out otherwise):
+    task_samples: dict[str, int] | None = None  # training examples of these tasks (the rest: train_samples)
+
+    def samples(self, task: str) -> int | None:
+        """The training examples of ``task`` (None: the whole training split)."""
+        return (self.task_samples or {}).get(task, self.train_samples)
 
 
-#: ``--protocol``: the CPU budget, and the paper's (Huang et al. 2021, as in recipes/ghostbert-*.yaml)
+def budget_record(budget: Budget) -> dict[str, Any]:
+    """What ``budget.json`` holds: every field, less those only some budgets set while they are
+    unset (so a results directory made before they existed keeps its budget)."""
+    record = asdict(budget)
+    if record["task_samples"] is None:
+        del record["task_samples"]
+    return record
+
+
+MINILM, LOCAL_GLUE = str(SHARED / "models" / "all-MiniLM-L6-v2"), str(SHARED / "data" / "glue")
+CPU_ARMS = dict(grid=["main"], widths="1/12,3/12,6/12")
+#: ``--protocol``: the CPU budget; the paper's (Huang et al. 2021, as in recipes/ghostbert-*.yaml); and
+#: issue 23's medium one: MiniLM on the full training sets of MRPC, RTE and STS-B and 8,000 SST-2
+#: examples, 2 epochs of everything until a pilot sets them (``--epochs``), at 3/12 only
 PROTOCOLS = {
-    "cpu": dict(model=str(SHARED / "models" / "all-MiniLM-L6-v2"), dataset=str(SHARED / "data" / "glue"), budget=Budget()),
+    "cpu": dict(model=MINILM, dataset=LOCAL_GLUE, budget=Budget(), **CPU_ARMS),
     "paper": dict(model="bert-base-uncased", dataset="nyu-mll/glue", budget=Budget(
         train_samples=None, max_length=128, teacher_epochs=3, teacher_learning_rate=2e-5, importance_samples=4096,
         distill_epochs=3, distill_learning_rate=2e-5, finetune_epochs=3, finetune_learning_rate=2e-5,
-        teacher_weight=1.0, batch_size=32, augment_mlm="bert-base-uncased")),
+        teacher_weight=1.0, batch_size=32, augment_mlm="bert-base-uncased"), **CPU_ARMS),
+    "medium": dict(model=MINILM, dataset=LOCAL_GLUE, budget=Budget(
+        train_samples=None, task_samples={"sst2": 8000}, max_length=128, teacher_epochs=2, teacher_learning_rate=1e-4,
+        importance_samples=1024, distill_epochs=2, distill_learning_rate=2e-4, finetune_epochs=2,
+        finetune_learning_rate=1e-4, teacher_weight=0.5, batch_size=32),
+        grid=["ghost-lr"], widths="3/12"),
 }
 
 
@@ -127,7 +186,7 @@ class Study:
         out = self.work / f"{task}-s{seed}" / "teacher"
         if not out.is_dir():
             b = self.budget
-            steps.finetune(self.model, out, task=task, dataset=self.dataset, max_samples=b.train_samples,
+            steps.finetune(self.model, out, task=task, dataset=self.dataset, max_samples=b.samples(task),
                            max_length=b.max_length, epochs=b.teacher_epochs, learning_rate=b.teacher_learning_rate,
                            batch_size=b.batch_size, seed=seed)
         return out
@@ -150,7 +209,7 @@ class Study:
         out = self.work / f"{task}-s{seed}" / "augmented"
         if not out.is_dir():
             steps.augment(self.budget.augment_mlm, out, dataset=self.dataset, task=task,
-                          max_samples=self.budget.train_samples, max_length=self.budget.max_length, seed=seed)
+                          max_samples=self.budget.samples(task), max_length=self.budget.max_length, seed=seed)
         return str(out)
 
     def pruned(self, task: str, seed: int, width: str) -> Path:
@@ -180,21 +239,25 @@ class Study:
         if arm.ghost is not None:
             steps.attach_ghost(student, root / "ghost", seed=seed, **arm.ghost)
             student = root / "ghost"
-        common = dict(task=task, dataset=self.dataset, max_samples=b.train_samples, max_length=b.max_length,
+        start = student
+        common = dict(task=task, dataset=self.dataset, max_samples=b.samples(task), max_length=b.max_length,
                       batch_size=b.batch_size, seed=seed)
         distill_data = {**common, "dataset": self.distill_data(task, seed)}
         if b.augment_mlm is not None:  # the augmented set is already the (sub)set's augmentation
             distill_data["max_samples"] = None
         steps.distill(teacher, student, root / "distilled", epochs=b.distill_epochs,
-                      learning_rate=b.distill_learning_rate, **distill_data)
+                      learning_rate=b.distill_learning_rate, **ghost_rate(arm, b.distill_learning_rate), **distill_data)
         steps.finetune(root / "distilled", root / "final", teacher=teacher, teacher_weight=b.teacher_weight,
-                       epochs=b.finetune_epochs, learning_rate=b.finetune_learning_rate, **common)
+                       epochs=b.finetune_epochs, learning_rate=b.finetune_learning_rate,
+                       **ghost_rate(arm, b.finetune_learning_rate), **common)
         final = steps.evaluate(root / "final", task=task, dataset=self.dataset, max_length=b.max_length)
         size = steps.info(root / "final")
         result = {
             "task": task, "seed": seed, "arm": arm.name, "width": arm.width, "ghost": arm.ghost,
+            **({"ghost_lr": arm.ghost_lr} if arm.ghost_lr is not None else {}),
             "metrics": final["metrics"], "score": glue_score(final["metrics"]),
-            "flops": size["flops"], "params": size["params"], "seconds": round(time.perf_counter() - started, 1),
+            "flops": size["flops"], "params": size["params"], **drift(start, root / "final"),
+            "seconds": round(time.perf_counter() - started, 1),
         }
         if not self.keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -209,6 +272,21 @@ class Study:
         return {"task": task, "seed": seed, "arm": "teacher", "width": "12/12", "ghost": None,
                 "metrics": final["metrics"], "score": glue_score(final["metrics"]), "flops": size["flops"],
                 "params": size["params"], "seconds": None}
+
+
+def ghost_rate(arm: Arm, learning_rate: float) -> dict[str, float]:
+    """The stage's ``ghost_learning_rate`` keyword for ``arm`` (none: the stage's own rate)."""
+    return {} if arm.ghost_lr is None else {"ghost_learning_rate": arm.ghost_lr * learning_rate}
+
+
+def drift(start: Path, final: Path) -> dict[str, float | None]:
+    """How far distillation and fine-tuning moved the model from the arm's start (the pruned model,
+    or it with ghosts): the relative change of the applied ghost kernels (None without ghosts) and
+    of every other weight, as benchmarks/ghost_kernel_drift.py measures them."""
+    kernels0, weights0 = kernels_and_weights(start)
+    kernels1, weights1 = kernels_and_weights(final)
+    return {"kernel_drift": relative_change(kernels0, kernels1)[0] if kernels0 else None,
+            "weight_drift": relative_change(weights0, weights1)[0]}
 
 
 def glue_score(metrics: dict[str, float]) -> float:
@@ -290,7 +368,34 @@ def tables(results: list[dict[str, Any]]) -> str:
         if any(c != "–" for c in row):
             lines.append(f"| {width} | " + " | ".join(row) + f" | {paired_interval(diffs)} |")
     lines += variant_table(results, by, tasks)
+    lines += drift_table(results)
     return "\n".join(lines) + "\n"
+
+
+def drift_table(results: list[dict[str, Any]]) -> list[str]:
+    """How far training moved each arm from its start: the applied ghost kernels and the other
+    weights (relative change, mean over seeds), where the rows measured it."""
+    measured = [r for r in results if "weight_drift" in r]
+    if not measured:
+        return []
+    lines = ["", "Drift from the arm's start (pruned, or pruned with ghosts) to the final model: relative change "
+             "‖W − W₀‖ / ‖W₀‖, mean over seeds:", "",
+             "| task | arm | width | ghost lr | ghost kernels | other weights | seeds |",
+             "|---|---|---|---|---|---|---|"]
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in measured:
+        groups.setdefault((r["task"], r["arm"], r["width"]), []).append(r)
+    for (task, arm, width), rows in sorted(groups.items(), key=lambda item: item[0][0]):  # arms in run order
+        kernels = [r["kernel_drift"] for r in rows if r.get("kernel_drift") is not None]
+        rate = rows[0].get("ghost_lr")
+        lines.append(f"| {task} | {arm} | {width} | {f'×{rate:g}' if rate else '–'} | "
+                     f"{_percent(statistics.fmean(kernels)) if kernels else '–'} | "
+                     f"{_percent(statistics.fmean(r['weight_drift'] for r in rows))} | {len(rows)} |")
+    return lines
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.3g}%"  # three digits: a kernel drift is often a small fraction of a percent
 
 
 def variant_table(results: list[dict[str, Any]], by: dict, tasks: list[str]) -> list[str]:
@@ -403,21 +508,30 @@ def write_reports(results_dir: Path, machine: str, tasks: list[str] | None = Non
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default="cpu",
-                        help="cpu: the budget of this study's results; paper: BERT-base, full data, augmentation, 3 epochs")
+                        help="cpu: the budget of this study's results; paper: BERT-base, full data, augmentation, "
+                        "3 epochs; medium: MiniLM, full MRPC/RTE/STS-B and 8,000 SST-2 examples, 3/12, the ghost-lr grid")
     parser.add_argument("--model", help="default: the protocol's (cpu: ../shared all-MiniLM-L6-v2; paper: bert-base-uncased)")
     parser.add_argument("--dataset", help="default: the protocol's (cpu: ../shared/data/glue; paper: nyu-mll/glue)")
     parser.add_argument("--tasks", default="sst2,mrpc,stsb,rte")
-    parser.add_argument("--widths", default="1/12,3/12,6/12")
+    parser.add_argument("--widths", help="default: the protocol's (cpu, paper: 1/12,3/12,6/12; medium: 3/12)")
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--grid", action="append", choices=["main", "init", "ablation"],
-                        help="which arms: main (pruned and ghost at every width, plus 12/12 ghost), init (ghost "
-                        "initialisations at --init-width), ablation (kernel 1/5/9, no softmax, no ReLU at 3/12)")
+    parser.add_argument("--grid", action="append", choices=["main", "init", "ablation", "ghost-lr", "lr-sweep"],
+                        help="which arms (default: the protocol's; cpu, paper: main; medium: ghost-lr): main (pruned "
+                        "and ghost at every width, plus 12/12 ghost), init (ghost initialisations at --init-width), "
+                        "ablation (kernel 1/5/9, no softmax, no ReLU at 3/12), ghost-lr (pruned, ghost, and ghost and "
+                        "zero-scale ghost with --ghost-lr-multiplier at every width), lr-sweep (pruned and ghost, "
+                        "and ghost at x10, x30 and x100 the rate, at every width, on SST-2 only)")
+    parser.add_argument("--ghost-lr-multiplier", type=float, default=10.0,
+                        help="the ghost-lr grid's ghost learning rate, as a multiple of each stage's (in the arms' "
+                        "names: ghost-lr10, zero-scale-lr10; arms at several multipliers share one results directory)")
+    parser.add_argument("--epochs", type=int,
+                        help="teacher, distillation and fine-tuning epochs (default: the protocol's)")
     parser.add_argument("--inits", default="center,zero-scale", help="attach-ghost --init values of the init grid")
     parser.add_argument("--init-width", default="3/12")
     parser.add_argument("--ablation-width", default="3/12")
-    parser.add_argument("--train-samples", type=int, help="training examples per task (default: the protocol's)")
-    parser.add_argument("--results", type=Path, help="default: benchmarks/studies/ghost-vs-pruned[-paper]")
-    parser.add_argument("--work", type=Path, help="checkpoints (default: runs/study-ghost-vs-pruned[-paper])")
+    parser.add_argument("--train-samples", type=int, help="training examples of every task (default: the protocol's)")
+    parser.add_argument("--results", type=Path, help="default: benchmarks/studies/ghost-vs-pruned[-paper|-medium]")
+    parser.add_argument("--work", type=Path, help="checkpoints (default: runs/study-ghost-vs-pruned[-paper|-medium])")
     parser.add_argument("--keep", action="store_true", help="keep every arm's checkpoints")
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--report-tasks", help="with --report-only: tables over these tasks only, as table-<tasks>.md")
@@ -425,9 +539,16 @@ def main(argv: list[str] | None = None) -> int:
     protocol = PROTOCOLS[args.protocol]
     args.model = args.model or protocol["model"]
     args.dataset = args.dataset or protocol["dataset"]
+    args.widths = args.widths or protocol["widths"]
     budget = protocol["budget"]
-    if args.train_samples is not None:
-        budget = Budget(**{**asdict(budget), "train_samples": args.train_samples})
+    if args.train_samples is not None:  # every task's
+        budget = replace(budget, train_samples=args.train_samples, task_samples=None)
+    if args.epochs is not None:
+        if args.epochs < 1:
+            parser.error(f"--epochs {args.epochs} must be at least 1")
+        budget = replace(budget, teacher_epochs=args.epochs, distill_epochs=args.epochs, finetune_epochs=args.epochs)
+    if args.ghost_lr_multiplier <= 0:
+        parser.error(f"--ghost-lr-multiplier {args.ghost_lr_multiplier:g} must be positive")
     suffix = "" if args.protocol == "cpu" else f"-{args.protocol}"
     args.results = args.results or REPO / "benchmarks" / "studies" / f"ghost-vs-pruned{suffix}"
     args.work = args.work or REPO / "runs" / f"study-ghost-vs-pruned{suffix}"
@@ -448,16 +569,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     warnings.simplefilter("ignore")
     study = Study(args.model, args.dataset, args.work, args.results, budget, args.keep)
-    wanted = {**asdict(study.budget), "model": Path(args.model).name}
+    wanted = {**budget_record(study.budget), "model": Path(args.model).name}
     recorded = args.results / "budget.json"
     if read_results(args.results / "results.jsonl") and recorded.is_file() and json.loads(recorded.read_text()) != wanted:
         print(f"error: {args.results} holds results of another budget ({recorded}); give another --results "
-              "or the same protocol and --train-samples", file=sys.stderr)
+              "or the same protocol, --train-samples and --epochs", file=sys.stderr)
         return 2
     # atomic: a second study process (one per task) reads it while this one writes
     write_text_atomically(recorded, json.dumps(wanted, indent=2) + "\n")
-    arms = grid_arms(args.grid or ["main"], args.widths.split(","), args.init_width, args.ablation_width,
-                     [i for i in args.inits.split(",") if i])
+    arms = grid_arms(args.grid or protocol["grid"], args.widths.split(","), args.init_width, args.ablation_width,
+                     [i for i in args.inits.split(",") if i], args.ghost_lr_multiplier)
     results_file = args.results / "results.jsonl"
     # task-major, then seed: every (task, seed) finishes its teacher and arms before the next starts
     for task in args.tasks.split(","):
@@ -466,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
             if (task, seed, "teacher@12/12") not in done:
                 append_result(results_file, study.teacher_result(task, seed))
             for arm in arms:
-                if (task, seed, arm.key) in done:
+                if (task, seed, arm.key) in done or not arm.runs_on(task):
                     continue
                 print(f"[{time.strftime('%H:%M:%S')}] {task} seed {seed} {arm.key}", flush=True)
                 result = study.run_arm(task, seed, arm)

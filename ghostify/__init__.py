@@ -7,8 +7,19 @@ Example:
 
 from __future__ import annotations
 
-from .checkpoint import load_model, save_checkpoint
+from typing import Any
+
 from .errors import GhostifyError
 from .version import __version__
 
 __all__ = ["GhostifyError", "__version__", "load_model", "save_checkpoint"]
+
+
+def __getattr__(name: str) -> Any:
+    """``load_model`` and ``save_checkpoint`` on first use: importing the package must stay light,
+    so that the CLI handles Ctrl-C before torch and transformers load."""
+    if name in ("load_model", "save_checkpoint"):
+        from . import checkpoint
+
+        return getattr(checkpoint, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

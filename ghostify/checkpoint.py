@@ -30,11 +30,11 @@ from torch import nn
 
 from .architectures import get_adapter
 from .errors import CheckpointError, GhostifyError
-from .files import atomic_directory, copy_tokenizer
+from .files import atomic_directory, copy_tokenizer, path_inside
 from .methods import restore_all
 from .methods.ghost import check_ghost_record
 from .methods.pruning.apply import dense_record
-from .methods.references import write_references
+from .methods.references import REFERENCES_NAME, write_references
 from .methods.sharing.settings import distinct_layers
 from .record import RECORD_KEY, GhostifyRecord
 
@@ -111,9 +111,9 @@ def read_record(config) -> GhostifyRecord | None:
 
 
 def max_positions(config) -> int:
-    """The longest sequence the model embeds (a bound for kernels and --max-length)."""
-    value = getattr(config, "max_position_embeddings", None)
-    return int(value) if isinstance(value, int) and value > 0 else 512  # relative-position families: BERT's
+    """Rows of the model's position table (a bound for ghost kernels); the longest input is
+    ``architectures.usable_positions``."""
+    return get_adapter(config).max_positions(config)
 
 
 def _distinct_layers(config, adapter, record: GhostifyRecord) -> int | None:
@@ -188,7 +188,8 @@ def load_model(
     if record is None:
         # a plain transformers checkpoint: its config describes its structure completely, and
         # its weights must match it as strictly as a ghostify checkpoint's
-        model = _load_plain(cls, source, config, kwargs, expected_class=_auto_class(config, None))
+        model = _load_plain(cls, source, config, kwargs, expected_class=_auto_class(config, None),
+                            encoder_fallback=head is None)
         model.eval()
         return model
 
@@ -196,6 +197,8 @@ def load_model(
     if not weights.is_file():
         raise CheckpointError(f"no {WEIGHTS_NAME} in {source}: the checkpoint is incomplete; re-create or re-download the checkpoint")
     check_safetensors(weights)
+    if record.references:  # the reference store is read from the checkpoint itself, never elsewhere
+        path_inside(source, record.references.get("file", REFERENCES_NAME), "config.json references.file")
     with _quiet_transformers():
         build = getattr(cls, "from_config", None) or cls._from_config  # Auto classes / model classes
         model = build(config, **kwargs)
@@ -288,8 +291,14 @@ def _pickle_error(source, exc: BaseException) -> CheckpointError:
     return CheckpointError(f"{path} is a pickle checkpoint that is unsafe to load ({what}); {PICKLE_FIX}")
 
 
-def _load_plain(cls, source, config, kwargs: dict[str, Any], *, expected_class) -> nn.Module:
-    """``from_pretrained`` with transformers' loading report turned into strict checks."""
+def _load_plain(cls, source, config, kwargs: dict[str, Any], *, expected_class, encoder_fallback: bool = False) -> nn.Module:
+    """``from_pretrained`` with transformers' loading report turned into strict checks.
+
+    ``encoder_fallback`` (no head asked for): a checkpoint whose config.json names a class with a
+    head but whose weights hold none of the head's tensors (sentence-transformers models saved
+    from ``AutoModel`` with ``architectures: [...ForMaskedLM]``) is loaded as the bare encoder,
+    as transformers' ``AutoModel`` and sentence-transformers do, with a warning; the encoder's
+    weights are then checked as strictly as any."""
     if is_local(source):
         _check_plain_weights(Path(source))
     try:
@@ -305,8 +314,28 @@ def _load_plain(cls, source, config, kwargs: dict[str, Any], *, expected_class) 
             raise  # not the checkpoint's fault: the CLI says which permissions to fix
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"cannot load the weights of {source}: {first}") from exc
+    if encoder_fallback and _holds_no_head(model, info):
+        import transformers  # deferred
+
+        encoder_class = transformers.AutoModel._model_mapping[type(config)]
+        encoder = _load_plain(encoder_class, source, config, kwargs, expected_class=encoder_class)
+        warnings.warn(f"{source} names {type(model).__name__} but holds only the encoder's weights: loaded the "
+                      f"encoder ({encoder_class.__name__})", stacklevel=4)
+        return encoder
     _check_loading_info(model, info, source, same_class=type(model) is expected_class)
     return model
+
+
+def _holds_no_head(model: nn.Module, info: dict[str, Any]) -> bool:
+    """Whether ``model`` has a task head of which the checkpoint held not one tensor (a head with
+    some tensors present and others missing is a damaged checkpoint, not an encoder)."""
+    if model.base_model is model:
+        return False
+    prefix = model.base_model_prefix + "."
+    tied = set(getattr(model, "all_tied_weights_keys", {}) or {})
+    head = [k for k in model.state_dict() if not k.startswith(prefix) and k not in tied]
+    missing = set(info.get("missing_keys", ()))  # a mis-shaped head tensor is present, hence not missing
+    return bool(head) and all(k in missing for k in head)
 
 
 def _check_loading_info(model: nn.Module, info: dict[str, Any], source, *, same_class: bool) -> None:

@@ -8,8 +8,10 @@ crash never leaves a half-written output behind.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -17,9 +19,73 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import GhostifyError
+from .errors import GhostifyError, Terminated
 
 log = logging.getLogger(__name__)
+
+
+def path_inside(directory: str | os.PathLike, relative: Any, what: str) -> Path:
+    """``directory / relative`` for a path read from inside a model ``directory`` (``what``: the
+    file, and field, that names it: ``"modules.json"``, ``"config.json references.file"``), refused
+    when it leaves the directory: absolute, through ``..``, or through a symlink pointing elsewhere.
+    A model directory is untrusted input: what it names is read, and copied into outputs, so it
+    must be part of the model.
+
+    A snapshot of the Hugging Face cache (``models--org--name/snapshots/<rev>/``) links every file
+    to the repository's ``blobs/``: those links stay inside the model."""
+    root = Path(directory).expanduser()
+    named = f"{root / what.split()[0]}{what[len(what.split()[0]):]}"  # the file's path, then the field
+    fix = f"fix {what} to name a path inside the model directory, or copy the files into it"
+    if not isinstance(relative, str) or not relative.strip():
+        raise GhostifyError(f"{named} names {relative!r} where a path inside {root} is expected; {fix}")
+    if Path(relative).is_absolute() or ".." in Path(relative).parts:
+        raise GhostifyError(f"{named} names {relative!r}, which leaves the model directory {root}; {fix}")
+    path = root / relative
+    base = root.resolve()
+    allowed = [base]
+    if base.parent.name == "snapshots" and (base.parent.parent / "blobs").is_dir():
+        allowed.append((base.parent.parent / "blobs").resolve())
+    target = path.resolve()
+    if not any(target == a or target.is_relative_to(a) for a in allowed):
+        if what == relative:  # the file itself, not a name inside another file
+            fix = "put the file itself in the model directory in place of the symlink"
+        by = "" if what == relative else f" ({named} names it)"
+        raise GhostifyError(f"{path} is a symlink to {target}, outside the model directory {root}{by}; {fix}")
+    return path
+
+
+def name_max(directory: Path) -> int:
+    """The longest file name (bytes) the file system of ``directory`` (or its nearest existing
+    parent) allows."""
+    for parent in (directory, *directory.parents):
+        try:
+            return int(os.pathconf(parent, "PC_NAME_MAX"))
+        except (OSError, ValueError):  # not there (yet), or a name too long itself
+            continue
+    return 255
+
+
+#: what atomic_directory adds to the output's name for its temporary sibling: ``.NAME.tmp-XXXXXXXX``
+TEMPORARY_EXTRA = len("..tmp-") + 8
+
+
+def check_name_length(out: Path, flag: str = "-o") -> None:
+    """Refuse an output whose name the file system cannot hold, with its temporary sibling's
+    prefix and suffix (the OS would say only 'File name too long', half-way through the command)."""
+    limit = name_max(out.absolute().parent)
+    for part in out.absolute().parts[1:]:
+        if len(os.fsencode(part)) > limit:
+            raise GhostifyError(f"{flag} {_short(out)}: a name of {len(os.fsencode(part))} bytes, longer than "
+                                f"the {limit} the file system allows; choose a shorter {flag}")
+    if len(os.fsencode(out.name)) + TEMPORARY_EXTRA > limit:
+        raise GhostifyError(f"{flag} {_short(out)}: a name of {len(os.fsencode(out.name))} bytes; the file "
+                            f"system allows {limit}, and ghostify writes through a temporary sibling that adds "
+                            f"{TEMPORARY_EXTRA}: choose an {flag} name of at most {limit - TEMPORARY_EXTRA} bytes")
+
+
+def _short(path: Path) -> str:
+    """``path`` with its long names cut, for a message that stays readable."""
+    return os.sep.join(part if len(part) <= 40 else part[:20] + "..." for part in str(path).split(os.sep))
 
 
 def check_output_dir(output: str | os.PathLike, *, overwrite: bool, inputs: tuple[Any, ...] = ()) -> Path:
@@ -28,6 +94,7 @@ def check_output_dir(output: str | os.PathLike, *, overwrite: bool, inputs: tupl
     ``inputs`` are every path the command reads (model, teacher, scores, dataset, ...), each a
     path or a ``(label, path)`` pair; hub ids and other paths that do not exist are skipped."""
     out = Path(output).expanduser()
+    check_name_length(out)
     check_disjoint([out], inputs)
     if out.exists() and not overwrite:
         raise GhostifyError(f"output directory {out} already exists; pass --overwrite to replace it or choose another -o")
@@ -104,6 +171,7 @@ def atomic_directory(output: str | os.PathLike, *, overwrite: bool = False) -> I
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         yield tmp
+        Terminated.raise_if_arrived()  # a library swallowed the Ctrl-C: the output must not appear
         _apply_umask(tmp)
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
@@ -155,14 +223,16 @@ TOKENIZER_FILES = (
 
 
 def copy_tokenizer(source: str | os.PathLike, destination: Path) -> bool:
-    """Copy the tokenizer files of a local checkpoint (or save a hub tokenizer); False if none."""
+    """Copy the tokenizer files of a local checkpoint (or save a hub tokenizer); False if none.
+    A tokenizer with its own code (``auto_map`` in ``tokenizer_config.json``) keeps it."""
     src = Path(source)
     if src.is_dir():
         copied = False
         for name in TOKENIZER_FILES:
             if (src / name).is_file():
-                shutil.copy2(src / name, destination / name)
+                shutil.copy2(path_inside(src, name, name), destination / name)
                 copied = True
+        copy_code_files(src, destination, _tokenizer_code(src), "tokenizer_config.json auto_map")
         return copied
     try:
         from transformers import AutoTokenizer
@@ -172,3 +242,37 @@ def copy_tokenizer(source: str | os.PathLike, destination: Path) -> bool:
     except (OSError, ValueError) as exc:
         log.debug("no tokenizer saved for %s: %s", source, exc)
         return False
+
+
+def _tokenizer_code(directory: Path) -> list[str]:
+    """The classes ``tokenizer_config.json``'s ``auto_map`` names (``"module.Class"``), if any."""
+    try:
+        config = json.loads((directory / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return []  # no tokenizer config, or one transformers will refuse itself
+    auto_map = config.get("auto_map") if isinstance(config, dict) else None
+    values = auto_map.values() if isinstance(auto_map, dict) else auto_map if isinstance(auto_map, list) else []
+    flat = [v for value in values for v in (value if isinstance(value, list) else [value])]
+    return [v for v in flat if isinstance(v, str)]
+
+
+def copy_code_files(origin: Path, destination: Path, references: list[str], what: str) -> list[str]:
+    """Copy the Python modules of ``origin`` that ``references`` (``"module.Class"``, as in an
+    ``auto_map`` or a sentence-transformers module type) name, with the modules they import
+    relatively: transformers runs such code from the one flat folder. References to another
+    repository (``"org/repo--module.Class"``) or to a package (``"sentence_transformers.models.Pooling"``)
+    are not files of the model. Returns the names of the files copied."""
+    todo = [ref.rsplit(".", 1)[0] for ref in references if "--" not in ref and "." in ref]
+    copied: list[str] = []
+    while todo:
+        module = todo.pop()
+        if not module.isidentifier() and ("/" in module or module.startswith(".")):
+            path_inside(origin, f"{module}.py", what)  # a path, not a module name: refused when it leaves
+        name = f"{module}.py"
+        if name in copied or not module.isidentifier() or not (origin / name).is_file():
+            continue  # a package's class (sentence_transformers.models.Pooling), or no file of the model
+        source = path_inside(origin, name, what)
+        shutil.copy2(source, destination / name)
+        copied.append(name)
+        todo += re.findall(r"^\s*from\s+\.(\w+)\s+import", source.read_text(errors="replace"), flags=re.MULTILINE)
+    return copied

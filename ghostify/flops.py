@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from .architectures import get_adapter
+from .architectures import get_adapter, usable_positions
 from .errors import GhostifyError
 
 
@@ -62,9 +62,9 @@ def _eager_attention(model: nn.Module):
 
 
 def count_flops(model: nn.Module, seq_len: int = 128, batch_size: int = 1) -> int:
-    limit = getattr(model.config, "max_position_embeddings", None)
-    if limit is not None and seq_len > limit - 2:  # RoBERTa-style models offset positions by 2
-        raise GhostifyError(f"--seq-len {seq_len} exceeds the model's {limit} positions; choose a shorter one")
+    limit = usable_positions(model.config)
+    if seq_len > limit:
+        raise GhostifyError(f"--seq-len {seq_len} exceeds the {limit} tokens the model can read; choose a shorter one")
     device = next(model.parameters()).device
     vocab = int(getattr(model.config, "vocab_size", 1000))
     input_ids = torch.arange(seq_len, device=device).remainder(max(vocab - 1, 1)).add(1).expand(batch_size, -1)

@@ -8,6 +8,7 @@ original model's ``modules.json`` says, and ``export`` writes the layout back ar
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 
 from .errors import GhostifyError
+from .files import copy_code_files, path_inside
 
 SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
@@ -30,20 +32,14 @@ class Pooling:
 
     @classmethod
     def read(cls, directory: Path) -> "Pooling | None":
-        try:
-            modules = json.loads((directory / "modules.json").read_text())
-        except (OSError, ValueError):
+        modules = read_modules(directory)
+        if modules is None:
             return None
         mode, normalize = None, False
         for module in modules:
             kind = str(module.get("type", ""))
             if kind.endswith("Pooling"):
-                config = json.loads((directory / module["path"] / "config.json").read_text())
-                mode = next((m for m, key in (("cls", "pooling_mode_cls_token"), ("max", "pooling_mode_max_tokens"),
-                                               ("mean", "pooling_mode_mean_tokens")) if config.get(key)), None)
-                if mode is None:
-                    raise GhostifyError(f"{directory / module['path'] / 'config.json'}: a pooling mode other than "
-                                        "mean, cls or max, which ghostify does not compute; export --format hf keeps it")
+                mode = _pooling_mode(directory, module.get("path"))
             elif kind.endswith("Normalize"):
                 normalize = True
             elif kind and not kind.endswith("Transformer"):
@@ -75,17 +71,67 @@ def sentence_transformers_source(source: Path, record: Any) -> Path | None:
     return next((c for c in candidates if (c / "modules.json").is_file()), None)
 
 
+def read_modules(directory: Path) -> list[dict[str, Any]] | None:
+    """The modules ``directory/modules.json`` lists, checked: a list of objects whose paths stay
+    inside ``directory``; None when there is no ``modules.json``."""
+    path = directory / "modules.json"
+    if not path.is_file():
+        return None
+    path_inside(directory, "modules.json", "modules.json")
+    try:
+        modules = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise GhostifyError(f"cannot read {path}: {exc}; fix or remove it") from None
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise GhostifyError(f"{path} is not a list of modules (a JSON list of objects with a path and a type, as "
+                            "sentence-transformers writes it); fix or remove it")
+    for module in modules:
+        if module.get("path"):
+            path_inside(directory, module["path"], "modules.json")
+    return modules
+
+
+RESTORE = "restore it from the original sentence-transformers model"
+
+
+def _pooling_mode(directory: Path, folder: Any) -> str:
+    """The mode of the pooling module in ``directory/folder`` (mean, cls or max)."""
+    file = path_inside(directory, str(Path(str(folder or "")) / "config.json"), "modules.json")
+    try:
+        config = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise GhostifyError(f"{file} is missing: {directory / 'modules.json'} lists a pooling module in {folder!r} "
+                            f"without its config.json; {RESTORE}") from None
+    except (OSError, ValueError) as exc:
+        raise GhostifyError(f"cannot read {file}: {exc}; {RESTORE}") from None
+    config = config if isinstance(config, dict) else {}
+    mode = next((m for m, key in (("cls", "pooling_mode_cls_token"), ("max", "pooling_mode_max_tokens"),
+                                   ("mean", "pooling_mode_mean_tokens")) if config.get(key)), None)
+    if mode is None:
+        raise GhostifyError(f"{file}: a pooling mode other than mean, cls or max, which ghostify does not compute; "
+                            "export --format hf keeps it")
+    return mode
+
+
 def copy_sentence_transformers(origin: Path, directory: Path) -> None:
     """Copy the sentence-transformers layout of ``origin`` (its modules other than the encoder:
-    pooling, normalisation, dense layers) around the exported encoder."""
+    pooling, normalisation, dense layers, and the code of custom modules) around the exported
+    encoder. Every path ``modules.json`` names must lie inside ``origin`` (a ``../`` would write
+    outside the export)."""
+    modules = read_modules(origin) or []
     for name in SENTENCE_TRANSFORMERS_FILES:
         if (origin / name).is_file():
-            shutil.copy2(origin / name, directory / name)
-    try:
-        modules = json.loads((origin / "modules.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise GhostifyError(f"cannot read {origin / 'modules.json'}: {exc}; fix or remove it") from None
+            shutil.copy2(path_inside(origin, name, name), directory / name)
     for module in modules:
-        path = module.get("path", "") if isinstance(module, dict) else ""
+        path = module.get("path", "")
         if path and (origin / path).is_dir():
+            _check_tree(origin, path)
             shutil.copytree(origin / path, directory / path, dirs_exist_ok=True)
+    copy_code_files(origin, directory, [str(m.get("type", "")) for m in modules], "modules.json")
+
+
+def _check_tree(directory: Path, folder: str) -> None:
+    """Nothing under ``directory/folder`` leads out of ``directory`` through a symlink."""
+    for parent, dirs, files in os.walk(directory / folder):
+        for name in (*dirs, *files):
+            path_inside(directory, str(Path(parent, name).relative_to(directory)), "modules.json")

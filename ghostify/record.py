@@ -8,6 +8,7 @@ heads kept in distinct layer ``l`` (in their order in the weights), ``ffn[l]`` t
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,10 +137,22 @@ def history_entry(command: str, arguments: dict[str, Any]) -> dict[str, Any]:
 
     return {
         "command": command,
-        "arguments": {k: _jsonable(v) for k, v in arguments.items()},
+        "arguments": {k: _absolute_if_local(k, _jsonable(v)) for k, v in arguments.items()},
         "versions": {"ghostify": __version__, "transformers": transformers.__version__, "torch": torch.__version__},
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+#: history arguments that name a model or data: a local one is recorded by its absolute path, so that
+#: what reads the history later (export finds a sentence-transformers origin) does not depend on the
+#: working directory of the command that wrote it
+_PATH_ARGUMENTS = ("model", "student", "teacher", "importance", "dataset", "mlm", "label_with")
+
+
+def _absolute_if_local(key: str, value: Any) -> Any:
+    if key in _PATH_ARGUMENTS and isinstance(value, str) and value and os.path.exists(value):
+        return os.path.abspath(value)
+    return value
 
 
 def _jsonable(value: Any) -> Any:

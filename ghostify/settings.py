@@ -85,6 +85,9 @@ class TrainSettings:
     epochs: int = 3
     batch_size: int = 32  # global: examples per optimizer step over every process
     learning_rate: float = 2e-5
+    # the ghost modules' kernels and scales (None: learning_rate): softmax-normalised kernels barely
+    # move at the model's rate in a short run, and Adam moves a weight by about the rate per step
+    ghost_learning_rate: float | None = None
     weight_decay: float = 0.0
     warmup_ratio: float = 0.0
     max_grad_norm: float = 1.0
@@ -99,6 +102,8 @@ class TrainSettings:
             (self.epochs >= 1, f"--epochs {self.epochs} must be at least 1"),
             (self.batch_size >= 1, f"--batch-size {self.batch_size} must be at least 1"),
             (self.learning_rate > 0, f"--learning-rate {self.learning_rate} must be positive"),
+            (self.ghost_learning_rate is None or self.ghost_learning_rate > 0,
+             f"--ghost-learning-rate {self.ghost_learning_rate} must be positive (or unset: --learning-rate)"),
             (self.weight_decay >= 0, f"--weight-decay {self.weight_decay} must be 0 or more (the paper: 0)"),
             (0 <= self.warmup_ratio < 1, f"--warmup-ratio {self.warmup_ratio} must be in [0, 1)"),
             (self.max_grad_norm >= 0, f"--max-grad-norm {self.max_grad_norm} must be 0 (off) or more (the paper: 1)"),

@@ -7,9 +7,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .checkpoint import load_config, max_positions
+from .architectures import usable_positions
+from .checkpoint import load_config
 from .errors import CheckpointError, GhostifyError
-from .files import TOKENIZER_FILES
+from .files import TOKENIZER_FILES, path_inside
 
 
 def load_tokenizer(source: str | os.PathLike):
@@ -21,6 +22,9 @@ def load_tokenizer(source: str | os.PathLike):
     path = Path(source)
     if path.is_dir() and not any((path / name).is_file() for name in TOKENIZER_FILES):
         raise CheckpointError(f"no tokenizer files in {source}; {fix}")
+    for name in TOKENIZER_FILES if path.is_dir() else ():
+        if (path / name).is_file():
+            path_inside(path, name, name)  # a symlink out of the model would read another file
     try:
         return AutoTokenizer.from_pretrained(str(source))
     except (OSError, ValueError, TypeError) as exc:
@@ -54,11 +58,9 @@ def check_same_tokenizer(teacher: str | os.PathLike, student: str | os.PathLike,
 
 
 def max_tokens(config) -> int:
-    """The longest input the model embeds: RoBERTa-style position ids start after the padding id."""
-    limit = max_positions(config)
-    if config.model_type in ("roberta", "xlm-roberta", "camembert") and isinstance(getattr(config, "pad_token_id", None), int):
-        limit -= config.pad_token_id + 1
-    return limit
+    """The longest input the model reads (its family's fact: RoBERTa-style position ids start after
+    the padding id)."""
+    return usable_positions(config)
 
 
 def check_max_length(max_length: int, *sources: str | os.PathLike | None) -> None:

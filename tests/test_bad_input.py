@@ -275,16 +275,28 @@ def _beside(out: Path) -> set[str]:
     return {p.name for p in out.parent.iterdir()} if out.parent.is_dir() else set()
 
 
-def _check_refused(capsys, world: Path, out: Path, args: list[str], expected: str) -> None:
-    before, beside = _snapshot(world), _beside(out)
-    code, stdout, stderr = run_cli(capsys, *args)
+def _check_refused(capsys, world: Path, out: Path, args: list[str], expected: str, *,
+                   inputs: tuple[Path, ...] = (), cwd: Path | None = None) -> None:
+    """The case's one `error:` line contains ``expected``; nothing under ``world`` or the extra
+    ``inputs`` changed; nothing was left at or beside ``out``. ``cwd``: run from that directory
+    (relative paths in ``args`` are then relative to it)."""
+    roots = (world, *inputs)
+    before, beside = [_snapshot(r) for r in roots], _beside(out)
+    if cwd is not None:
+        previous = os.getcwd()
+        os.chdir(cwd)
+    try:
+        code, stdout, stderr = run_cli(capsys, *args)
+    finally:
+        if cwd is not None:
+            os.chdir(previous)
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert code != 0, stderr
     assert len(errors) == 1, stderr
     assert "Traceback" not in stdout + stderr
     assert expected in errors[0], errors[0]
     assert "weights_only" not in stderr  # never torch's advice to unpickle unsafely
-    assert _snapshot(world) == before, "an input changed"
+    assert [_snapshot(r) for r in roots] == before, "an input changed"
     assert _beside(out) == beside, f"left beside the output: {_beside(out) ^ beside}"
     if not str(out).startswith(str(world)):
         assert not out.exists()

@@ -156,3 +156,67 @@ def test_kernel_drift_reads_the_applied_kernels(tmp_path):
         assert drift.relative_change(kernels, kernels) == (0.0, 0.0)
     before = {"a": torch.tensor([3.0, 4.0])}
     assert drift.relative_change(before, {"a": torch.tensor([3.0, 4.5])}) == pytest.approx((0.1, 0.5))  # 0.5 / 5
+
+
+# ---- issue 23: the medium protocol -----------------------------------------------------------------
+def test_the_medium_protocol(study):
+    protocol = study.PROTOCOLS["medium"]
+    budget = protocol["budget"]
+    assert Path(protocol["model"]).name == "all-MiniLM-L6-v2" and protocol["widths"] == "3/12"
+    assert protocol["grid"] == ["ghost-lr"]
+    assert [budget.samples(t) for t in ("sst2", "mrpc", "rte", "stsb")] == [8000, None, None, None]
+    assert (budget.teacher_epochs, budget.distill_epochs, budget.finetune_epochs) == (2, 2, 2)
+    arms = study.grid_arms(["ghost-lr"], ["3/12"], "3/12", "3/12", [], 10.0)
+    assert [(a.key, a.ghost, a.ghost_lr, a.tasks) for a in arms] == [
+        ("pruned@3/12", None, None, None), ("ghost@3/12", {}, None, None), ("ghost-lr10@3/12", {}, 10.0, None),
+        ("zero-scale-lr10@3/12", {"init": "zero-scale"}, 10.0, None)]
+    sweep = study.grid_arms(["lr-sweep"], ["3/12"], "3/12", "3/12", [], 10.0)
+    assert [(a.key, a.ghost_lr) for a in sweep] == [("pruned@3/12", None), ("ghost@3/12", None),
+                                                    ("ghost-lr10@3/12", 10.0), ("ghost-lr30@3/12", 30.0),
+                                                    ("ghost-lr100@3/12", 100.0)]
+    assert all(a.tasks == ("sst2",) and a.runs_on("sst2") and not a.runs_on("rte") for a in sweep)
+    # both grids: the sweep's x10 is the ghost-lr arm, and the shared arms run on every task
+    both = study.grid_arms(["ghost-lr", "lr-sweep"], ["3/12"], "3/12", "3/12", [], 10.0)
+    assert [a.key for a in both] == ["pruned@3/12", "ghost@3/12", "ghost-lr10@3/12", "zero-scale-lr10@3/12",
+                                     "ghost-lr30@3/12", "ghost-lr100@3/12"]
+    assert [a.tasks for a in both[:4]] == [None] * 4
+    assert study.ghost_rate(both[2], 2e-4) == {"ghost_learning_rate": pytest.approx(2e-3)}
+    assert study.ghost_rate(both[1], 2e-4) == {}
+
+
+def test_the_cpu_budget_record_is_unchanged(study):
+    """Fields only the medium protocol sets stay out of budget.json: the CPU study's results still match."""
+    recorded = json.loads((REPO / "benchmarks" / "studies" / "ghost-vs-pruned" / "budget.json").read_text())
+    assert {**study.budget_record(study.PROTOCOLS["cpu"]["budget"]), "model": "all-MiniLM-L6-v2"} == recorded
+    assert study.budget_record(study.PROTOCOLS["medium"]["budget"])["task_samples"] == {"sst2": 8000}
+
+
+def test_a_tiny_medium_study_records_the_ghost_rate_and_the_drift(study, glue, tmp_path):
+    model = tiny_checkpoint(tmp_path / "tiny")
+    results, work = tmp_path / "results", tmp_path / "work"
+    args = ["--protocol", "medium", "--model", str(model), "--dataset", str(glue), "--tasks", "sst2,rte",
+            "--widths", "1/2", "--seeds", "0", "--grid", "ghost-lr", "--grid", "lr-sweep", "--train-samples", "16", "--epochs", "1",
+            "--results", str(results), "--work", str(work), "--keep"]
+    assert study.main(args) == 0
+    rows = study.read_results(results / "results.jsonl")
+    arms = {(r["task"], r["arm"]): r for r in rows}
+    medium = ["teacher", "pruned", "ghost", "ghost-lr10", "zero-scale-lr10"]
+    sweep = ("ghost-lr30", "ghost-lr100")  # the sweep's x10 is the ghost-lr arm
+    assert sorted(arms) == sorted([("rte", a) for a in medium] + [("sst2", a) for a in (*medium, *sweep)])
+    budget = json.loads((results / "budget.json").read_text())
+    assert (budget["train_samples"], budget["distill_epochs"]) == (16, 1) and "ghost_lr_multiplier" not in budget
+    assert "task_samples" not in budget  # --train-samples sets every task's
+    for task in ("sst2", "rte"):
+        pruned, ghost, fast = arms[(task, "pruned")], arms[(task, "ghost")], arms[(task, "ghost-lr10")]
+        assert pruned["kernel_drift"] is None and pruned["weight_drift"] > 0
+        assert ghost["weight_drift"] > 0 and fast["kernel_drift"] > 3 * ghost["kernel_drift"] > 0
+        assert fast["ghost_lr"] == 10.0 and "ghost_lr" not in ghost
+        assert arms[(task, "zero-scale-lr10")]["ghost"] == {"init": "zero-scale"}
+    assert arms[("sst2", "ghost-lr100")]["kernel_drift"] > arms[("sst2", "ghost-lr30")]["kernel_drift"]
+    # the stages trained the kernels at the multiple of their own rate
+    final = work / "sst2-s0" / "arms" / "ghost-lr100@1of2" / "final" / "training.json"
+    rates = json.loads(final.read_text())["learning_rates"]
+    assert rates == {"lr": pytest.approx(1e-4), "ghost_lr": pytest.approx(1e-2)}
+    table = (results / "table.md").read_text()
+    assert "| sst2 | ghost-lr10 | 1/2 | ×10 |" in table and "| rte | pruned | 1/2 | – | – |" in table
+    assert "| ghost-lr100 | 1/2 | sst2 |" in table  # the paired intervals of the variants, shared with the CPU study

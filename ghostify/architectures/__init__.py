@@ -45,5 +45,11 @@ def get_adapter(config) -> ArchitectureAdapter:
     return _BY_TYPE[model_type]().bind(config)
 
 
+def usable_positions(config) -> int:
+    """The longest input, in tokens, a model of ``config`` reads (see ``ArchitectureAdapter.position_offset``):
+    the one limit for --seq-len, --max-length and the augmentation's masked LM."""
+    return get_adapter(config).usable_positions(config)
+
+
 __all__ = ["ArchitectureAdapter", "ConfigGroups", "Cut", "LayerPaths", "SUPPORTED_MODEL_TYPES", "attention_cuts", "attention_units",
-           "ffn_cuts", "ffn_units", "get_adapter", "group_of_step"]
+           "ffn_cuts", "ffn_units", "get_adapter", "group_of_step", "usable_positions"]

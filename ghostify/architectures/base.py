@@ -161,6 +161,23 @@ class ArchitectureAdapter:
         explicit = getattr(config, self.embedding_size_key, None) if self.embedding_size_key else None
         return int(explicit or self.hidden_size(config))
 
+    def max_positions(self, config) -> int:
+        """Rows of the position-embedding table (``max_position_embeddings``; 512 when a config has none)."""
+        value = getattr(config, "max_position_embeddings", None)
+        return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 512
+
+    def position_offset(self, config) -> int:
+        """Rows of the position table before a token's first position: 0 where position ids count
+        from 0 (BERT-likes). RoBERTa-style families (``position_offset`` overridden) number positions
+        from ``padding_idx + 1``. The RoPE families (ModernBERT, EuroBERT, GTE, NomicBERT, Jina v3)
+        and DeBERTa-v2 without ``position_biased_input`` index no table by position at all: their
+        ``max_position_embeddings`` is the context they were trained for, which is kept as their limit."""
+        return 0
+
+    def usable_positions(self, config) -> int:
+        """The longest input (in tokens) the model reads: its position rows less the offset."""
+        return self.max_positions(config) - self.position_offset(config)
+
     def num_layers(self, config) -> int:
         """Layer applications in one forward pass (the depth, shared layers counted each time)."""
         return int(getattr(config, self.num_layers_key))

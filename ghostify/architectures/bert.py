@@ -28,6 +28,11 @@ class RobertaAdapter(BertAdapter):
     model_types = ("roberta", "xlm-roberta", "camembert")
     family = "RoBERTa"
 
+    def position_offset(self, config) -> int:
+        # create_position_ids_from_input_ids: positions count from padding_idx + 1, padding_idx = pad_token_id
+        pad = getattr(config, "pad_token_id", None)
+        return (pad if isinstance(pad, int) else 1) + 1
+
 
 class ElectraAdapter(BertAdapter):
     """ELECTRA: BERT's layers; a projection from a smaller embedding size counts as embeddings."""
@@ -39,16 +44,16 @@ class ElectraAdapter(BertAdapter):
     embedding_size_key = "embedding_size"
 
 
-class PreLayerNormRobertaAdapter(BertAdapter):
-    """RoBERTa-PreLayerNorm: BERT's projections, LayerNorm before each block."""
+class PreLayerNormRobertaAdapter(RobertaAdapter):
+    """RoBERTa-PreLayerNorm: BERT's projections, LayerNorm before each block, RoBERTa's positions."""
 
     model_types = ("roberta-prelayernorm",)
     family = "RoBERTa-PreLayerNorm"
     pre_norm = True
 
 
-class XlmRobertaXlAdapter(BertAdapter):
-    """XLM-RoBERTa-XL: BERT's projections, LayerNorm before each block."""
+class XlmRobertaXlAdapter(RobertaAdapter):
+    """XLM-RoBERTa-XL: BERT's projections, LayerNorm before each block, RoBERTa's positions."""
 
     model_types = ("xlm-roberta-xl",)
     family = "XLM-RoBERTa-XL"

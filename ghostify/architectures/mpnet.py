@@ -22,3 +22,7 @@ class MPNetAdapter(ArchitectureAdapter):
     position_bias_arg = 2
     dropout_attrs = ("hidden_dropout_prob",)
     uses_attention_interface = False  # its attention is computed in its own code
+
+    def position_offset(self, config) -> int:
+        # RoBERTa's position ids, but MPNetEmbeddings fixes padding_idx = 1 whatever pad_token_id says
+        return 2

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from ..architectures import usable_positions
 from .words import Slot, find_words, is_stop_word, truncate_to_pieces
 
 
@@ -94,10 +95,9 @@ class CandidateProposer:
         self.mask_id = tokenizer.mask_token_id
         single = len(tokenizer("a")["input_ids"]) - len(tokenizer("a", add_special_tokens=False)["input_ids"])
         pair = len(tokenizer("a", "a")["input_ids"]) - 2 * len(tokenizer("a", add_special_tokens=False)["input_ids"])
-        positions = getattr(model.config, "max_position_embeddings", 512)
+        positions = usable_positions(model.config)  # the family's fact (RoBERTa-style offsets)
         limit = tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else positions
-        # "- 2": RoBERTa-style position ids start after the padding index
-        self.max_model_length = min(limit, positions - 2)
+        self.max_model_length = min(limit, positions)
         #: word-pieces of a text that are considered: the first max_length tokens (what a model
         #: trained with --max-length sees), and both halves of the pair must fit the MLM
         self.max_pieces = max(1, min(max_length - single, (self.max_model_length - pair) // 2))

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
 import re
-import signal
 import sys
-import threading
 import warnings
-from collections.abc import Iterator
 
 import typer
 
 from ..errors import GhostifyError, Terminated
+from .signals import terminate_on_signals
 
 app = typer.Typer(
     name="ghostify",
@@ -49,45 +46,27 @@ def _quiet_libraries() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; a known error becomes ``error: ...`` on stderr and exit code 2 (the commands
-    are registered on ``app`` by importing ``ghostify.cli``, whose package imports them)."""
+    are registered on ``app`` by importing ``ghostify.cli``, whose package imports them). Ctrl-C,
+    SIGTERM and SIGHUP at any moment: one line, exit 128 + the signal."""
     debug = bool(os.environ.get(DEBUG_VARIABLE))
-    _quiet_libraries()
-    with warnings.catch_warnings(), _terminate_on_signals():
-        warnings.simplefilter("always", UserWarning)  # each run says its warnings, once per call
-        if not debug:
-            warnings.showwarning = _one_line_warning
-        return _run(argv, debug)
-
-
-#: signals that end a run like Ctrl-C does: cleaned up, one line, exit 128 + the signal
-TERMINATING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
-
-
-def _raise_terminated(signum: int, frame) -> None:
-    for other in TERMINATING:  # a second signal must not interrupt the clean-up the first started
-        signal.signal(other, signal.SIG_IGN)
-    raise Terminated(signum)
-
-
-@contextlib.contextmanager
-def _terminate_on_signals() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread while the CLI runs (their
-    default would end the process at once, leaving temporary directories behind); the previous
-    handlers come back afterwards (tests call ``main`` in-process)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {signum: signal.signal(signum, _raise_terminated) for signum in TERMINATING}
     try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        with warnings.catch_warnings(), terminate_on_signals():
+            _quiet_libraries()
+            warnings.simplefilter("always", UserWarning)  # each run says its warnings, once per call
+            if not debug:
+                warnings.showwarning = _one_line_warning
+            return _run(argv, debug)
+    except Terminated as exc:  # arrived while the outcome was being reported
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 128 + exc.signum
 
 
 def _run(argv: list[str] | None, debug: bool) -> int:
     try:
-        result = app(args=argv, prog_name="ghostify", standalone_mode=False)
+        try:
+            result = app(args=argv, prog_name="ghostify", standalone_mode=False)
+        finally:  # a signal whose exception a library swallowed, or turned into another error
+            Terminated.raise_if_arrived()
         return int(result or 0) if isinstance(result, int) else 0
     except GhostifyError as exc:
         if debug:
@@ -99,7 +78,7 @@ def _run(argv: list[str] | None, debug: bool) -> int:
         print("error: interrupted", file=sys.stderr)
         return 130
     except Terminated as exc:
-        print(f"error: terminated by {exc.name}", file=sys.stderr)
+        print(f"error: {exc.message}", file=sys.stderr)
         return 128 + exc.signum
     except Exception as exc:
         if debug:
@@ -151,9 +130,13 @@ def environment_fault(exc: BaseException, output: str | None = None) -> str | No
     if code in (errno.ENOSPC, errno.EDQUOT):
         return f"no space left on the device (or quota) while writing {path}: free space at {where} or choose another -o on a disk with room"
     if code == errno.EROFS:
-        return f"{path} is on a read-only file system: choose an -o on a writable one (or remount {where} read-write)"
+        fix = "choose an -o on a writable one (or remount {} read-write)" if output else "remount {} read-write"
+        return f"{path} is on a read-only file system: " + fix.format(where)
     if code in (errno.EACCES, errno.EPERM):
         return f"permission denied for {path}: fix the permissions of {where} or choose another -o"
+    if code == errno.ENAMETOOLONG:
+        return (f"{path}: a name in this path is longer than the file system allows (File name too long); "
+                "choose a shorter path")
     if code == errno.ENOTDIR:
         return f"{path}: a part of the path is a file, not a directory; choose another path"
     if "weights_only" in str(exc) or type(exc).__name__ == "UnpicklingError":
@@ -194,4 +177,10 @@ def _is_usage_error(exc: Exception) -> bool:
 
 
 def run() -> None:
-    sys.exit(main())
+    """The console script ``ghostify`` (and ``python -m ghostify``)."""
+    try:
+        code = main()
+    except KeyboardInterrupt:  # in the instants before main() installs its handlers, or after
+        print("error: interrupted", file=sys.stderr)
+        code = 130
+    sys.exit(code)

@@ -37,6 +37,7 @@ def split_columns(text: str | None) -> tuple[str, ...] | None:
 MaxSamples = Annotated[int | None, typer.Option("--max-samples", min=1, help="Use a seeded random subset of this many training examples.", show_default=False)]
 Epochs = Annotated[int, typer.Option("--epochs", min=1, help="Passes over the training data.")]
 LearningRate = Annotated[float, typer.Option("--learning-rate", help="Peak learning rate (AdamW, linear decay).")]
+GhostLearningRate = Annotated[float | None, typer.Option("--ghost-learning-rate", help="Peak learning rate of the ghost kernels and scales, same schedule (default: --learning-rate); at the model's rate they barely move in a short run, try 10-100x.", show_default=False)]
 WeightDecay = Annotated[float, typer.Option("--weight-decay", help="AdamW weight decay.")]
 WarmupRatio = Annotated[float, typer.Option("--warmup-ratio", help="Fraction of steps with linear warm-up.")]
 MaxGradNorm = Annotated[float, typer.Option("--max-grad-norm", help="Gradient clipping norm (0: off).")]
@@ -62,7 +63,8 @@ SETTING_OPTIONS: dict[str, Any] = {
     "task": Task, "dataset": Dataset, "text_columns": TextColumns, "label_column": LabelColumn, "metric": Metric,
     "max_length": MaxLength, "max_samples": MaxSamples,
     # TrainSettings
-    "epochs": Epochs, "batch_size": GlobalBatchSize, "learning_rate": LearningRate, "weight_decay": WeightDecay,
+    "epochs": Epochs, "batch_size": GlobalBatchSize, "learning_rate": LearningRate,
+    "ghost_learning_rate": GhostLearningRate, "weight_decay": WeightDecay,
     "warmup_ratio": WarmupRatio, "max_grad_norm": MaxGradNorm, "gradient_accumulation_steps": GradientAccumulation,
     "mixed_precision": MixedPrecision, "seed": Seed, "checkpoint_steps": CheckpointSteps,
     # StudentSettings

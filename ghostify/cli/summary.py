@@ -46,7 +46,9 @@ def print_info(data: dict[str, Any]) -> None:
 
 def print_training(result) -> None:
     best = "" if result.best is None else f", best {result.best:.4f}"
-    err.print(f"{result.steps} steps in {result.wall_time:.0f}s{best}")
+    rates = result.learning_rates  # shown when the ghost kernels had a rate of their own
+    shown = f" ({', '.join(f'{k} {v:g}' for k, v in rates.items())})" if "ghost_lr" in rates else ""
+    err.print(f"{result.steps} steps in {result.wall_time:.0f}s{best}{shown}")
     for record in result.metrics:
         values = "  ".join(f"{k} {v:.4f}" for k, v in record["eval"].items() if k != "samples")
         err.print(f"  epoch {record['epoch']} (step {record['step']}): {values}")

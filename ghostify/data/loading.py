@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
+from .checks import usable_rows
 from .tasks import TaskPreset
 
 
@@ -59,20 +61,7 @@ def load_split(
     datasets.disable_progress_bars()
     if dataset.startswith((".", "/", "~")) and not Path(dataset).expanduser().exists():
         raise DataError(f"dataset directory {dataset} does not exist; check --dataset")
-    try:
-        path = str(Path(dataset).expanduser()) if Path(dataset).expanduser().exists() else dataset
-        if Path(path).is_dir() and (Path(path) / "dataset_dict.json").is_file():
-            rows = datasets.load_from_disk(path)[split]
-        elif Path(path).is_file() and path.endswith(".txt"):  # one text per line: column "text", split train
-            if split != "train":
-                raise DataError(f"{dataset} is a plain text file: it has only a train split, not {split!r}")
-            rows = datasets.load_dataset("text", data_files={"train": path}, split="train")
-            rows = rows.filter(lambda row: bool(row["text"].strip()))
-        else:
-            rows = datasets.load_dataset(path, task.dataset_config, split=split)
-    except (FileNotFoundError, ValueError, KeyError, ConnectionError, OSError, datasets.exceptions.DatasetsError) as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"cannot load split {split!r} of dataset {dataset} ({task.name}): {message}") from exc
+    rows = _read(dataset, task, split)
     if not task.input_columns:
         raise DataError(f"task {task.name} needs its text column(s): set --text-columns "
                         f"(columns of {dataset}: {', '.join(rows.column_names)})")
@@ -90,9 +79,81 @@ def load_split(
             f"split {split!r} of {dataset} has no labels in column {target!r}; "
             f"score without labels with --label-free, or set {flag}"
         )
+    rows = usable_rows(rows, task, dataset=dataset, split=split, labels=has_labels)
     if max_samples is not None and max_samples < len(rows):
         rows = rows.shuffle(seed=seed).select(range(max_samples))
     return TaskData(dataset=dataset, split=split, task=task, rows=rows, has_labels=has_labels)
+
+
+def _read(dataset: str, task: TaskPreset, split: str):
+    """The split as a datasets.Dataset. A ``save_to_disk`` directory is read into memory: a
+    dataset mapped from its own files would write its ``.map()`` caches beside them, into the input
+    (datasets loaded by ``load_dataset`` live in datasets' own cache, where their caches go too)."""
+    import datasets
+
+    path = Path(dataset).expanduser()
+    try:
+        if path.is_dir() and (path / "dataset_dict.json").is_file():
+            return datasets.Dataset.load_from_disk(str(path / _saved_split(path, dataset, split)), keep_in_memory=True)
+        if path.is_file() and path.suffix == ".txt":  # one text per line: column "text", split train
+            return _text_lines(path, dataset, split)
+        return datasets.load_dataset(str(path) if path.exists() else dataset, task.dataset_config, split=split)
+    except (FileNotFoundError, ValueError, KeyError, ConnectionError, OSError, datasets.exceptions.DatasetsError) as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"cannot load split {split!r} of dataset {dataset} ({task.name}): {message}") from exc
+
+
+def _saved_split(path: Path, dataset: str, split: str) -> str:
+    """``split`` of a ``DatasetDict.save_to_disk`` directory, which must list it."""
+    try:
+        splits = json.loads((path / "dataset_dict.json").read_text())["splits"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"{path / 'dataset_dict.json'} is not a datasets split list ({exc}); save the dataset again "
+                        "with DatasetDict.save_to_disk") from exc
+    if split not in splits:
+        raise DataError(f"dataset {dataset} has no split {split!r} (its splits: {', '.join(map(str, splits))}); "
+                        f"save it with a {split!r} split, or name another with --split")
+    return split
+
+
+def _text_lines(path: Path, dataset: str, split: str):
+    """The non-blank lines of a UTF-8 text file, as column ``text`` of split ``train``."""
+    import datasets
+
+    if split != "train":
+        raise DataError(f"{dataset} is a plain text file: it has only a train split, not {split!r}")
+    check_text_file(path, dataset)
+    rows = datasets.load_dataset("text", data_files={"train": str(path)}, split="train")
+    lines = len(rows)
+    rows = rows.filter(lambda row: bool(row["text"].strip()))
+    if len(rows) == 0:
+        raise DataError(f"{dataset} has no text: its {lines} lines are all blank; give one text per line")
+    return rows
+
+
+def check_text_file(path: Path, dataset: str, *, chunk: int = 1 << 20) -> None:
+    """A DataError unless ``path`` is a non-empty UTF-8 text file (no NUL bytes)."""
+    if path.stat().st_size == 0:
+        raise DataError(f"{dataset} is empty; a text dataset holds one text per line (UTF-8)")
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with path.open("rb") as file:
+        while block := file.read(chunk):
+            bad = block.find(b"\0")
+            try:
+                decoder.decode(block)
+            except UnicodeDecodeError as exc:
+                bad = exc.start if bad < 0 else min(bad, exc.start)
+            if bad >= 0:
+                raise DataError(f"{dataset} is not a text file: byte {block[bad]:#04x} at offset {offset + bad} is "
+                                f"{'a NUL byte' if block[bad] == 0 else 'not UTF-8'}; give a UTF-8 text file, one text "
+                                "per line")
+            offset += len(block)
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{dataset} is not a text file: it ends inside a UTF-8 character; give a UTF-8 text file, "
+                        "one text per line") from exc
 
 
 def _labels_present(rows, column: str) -> bool:

@@ -127,6 +127,40 @@ def _first_answer(answers: Any, row: int, context: str, column: str) -> tuple[in
     return start, start + len(text)
 
 
+def answer_fault(answers: Any, context: str, *, row: int, column: str) -> bool:
+    """True when the first answer's text is not at its answer_start in ``context`` (the row teaches
+    nothing right: drop it); a DataError when ``answers`` is not in the SQuAD layout at all."""
+    layout = '{"text": [...], "answer_start": [...]} (empty lists: no answer)'
+    if isinstance(answers, str):
+        raise DataError(f"answers of row {row} in column {column!r} are the string {_short(answers)}, not {layout}; "
+                        f"convert the column, e.g. {{\"text\": [{_short(answers)}], \"answer_start\": [its character "
+                        "offset in the context]}")
+    if not isinstance(answers, dict) or "text" not in answers or "answer_start" not in answers:
+        raise DataError(f"answers of row {row} in column {column!r} are {_short(answers)}, not {layout}; convert "
+                        "the column to the SQuAD layout")
+    texts, starts = answers["text"], answers["answer_start"]
+    if isinstance(texts, str) or not isinstance(texts, Sequence) or not isinstance(starts, Sequence):
+        raise DataError(f"answers of row {row} in column {column!r} are {_short(answers)}: text and answer_start "
+                        f"must be lists, as in {layout}")
+    if len(texts) != len(starts):
+        raise DataError(f"answers of row {row} in column {column!r} have {len(texts)} texts but {len(starts)} "
+                        "answer_start values; give one answer_start per text")
+    for start in starts:
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise DataError(f"answer_start {start!r} of row {row} in column {column!r} is not a character offset "
+                            "(an integer 0 or more); an unanswerable question has empty lists: "
+                            '{"text": [], "answer_start": []}')
+    if not texts:
+        return False
+    text, start = str(texts[0]), starts[0]
+    return not text or context[start : start + len(text)] != text
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _cls_index(input_ids: list[int], tokenizer) -> int:
     cls_id = getattr(tokenizer, "cls_token_id", None)
     return input_ids.index(cls_id) if cls_id is not None and cls_id in input_ids else _CLS_INDEX

@@ -97,6 +97,9 @@ def write_hf(model: nn.Module, directory: Path, *, source: str | Path,
     code_files: list[str] = []
     autos = auto_classes(model)
     auto_class = next((auto for auto, cls in autos.items() if cls is type(model)), "AutoModel")
+    # ghostify built the model with transformers' own classes, never the checkpoint's remote code
+    # (Jina v3 ships some): a stale auto_map would point trust_remote_code at files not exported
+    drop_auto_map(config)
     if stock:
         adapter = get_adapter(config)
         setattr(config, adapter.ffn_size_key, record.ffn[0])
@@ -116,6 +119,14 @@ def write_hf(model: nn.Module, directory: Path, *, source: str | Path,
         copy_sentence_transformers(sentence_transformers, directory)
     return HFExport(stock=stock, auto_class=auto_class, classes=classes, code_files=code_files,
                     sentence_transformers=str(sentence_transformers) if sentence_transformers else None)
+
+
+def drop_auto_map(config: Any) -> None:
+    """Remove the checkpoint's own ``auto_map``: ghostify loads every model with transformers'
+    classes for its ``model_type`` (no ``trust_remote_code``), so the export's classes are those
+    (or ``modeling_ghostify``'s subclasses of them), and its config is transformers' own."""
+    if hasattr(config, "auto_map"):
+        delattr(config, "auto_map")
 
 
 def write_code(directory: Path, classes: dict[str, type]) -> list[str]:

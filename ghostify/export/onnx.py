@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import GhostifyError
+from ..errors import GhostifyError, Terminated
 from ..pooling import Pooling
 
 ONNX_NAME = "model.onnx"
@@ -132,6 +132,7 @@ def write_onnx(model: nn.Module, directory: Path, *, pooling: Pooling | None, qu
         except Exception as exc:  # the exporter's errors are pages long; the first line says what failed
             raise GhostifyError(f"torch.onnx.export failed for this model: {_summary(exc)}; "
                                 "set GHOSTIFY_DEBUG=1 for the exporter's full report") from exc
+    Terminated.raise_if_arrived()  # the exporter catches broadly: a Ctrl-C during it may have been swallowed
     result = OnnxExport(inputs=inputs, outputs=list(graph.outputs), max_difference=0.0, files=[ONNX_NAME])
     result.max_difference = compare(graph, path, inputs)
     if result.max_difference > TOLERANCE:

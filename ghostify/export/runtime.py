@@ -33,7 +33,18 @@ class OnnxModel(nn.Module):
         super().__init__()
         require_onnx()
         self.path = path
-        self.session = session_for(path, threads=threads)
+        if path.stat().st_size == 0:
+            raise GhostifyError(f"ONNX model {path} is empty (0 bytes): it was not written completely; "
+                                "re-create it with `ghostify export --format onnx`")
+        try:
+            self.session = session_for(path, threads=threads)
+        except Exception as exc:  # ONNX Runtime's load errors (InvalidProtobuf, Fail, ...) share no class
+            if isinstance(exc, MemoryError) or "alloc" in str(exc).lower():
+                raise  # the machine's fault, not the file's: bench says it in one line
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            raise GhostifyError(f"ONNX model {path} cannot be loaded, it is truncated, damaged or not an ONNX graph "
+                                f"({type(exc).__name__}: {first}); re-create it with `ghostify export --format onnx`"
+                                ) from exc
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o.name for o in self.session.get_outputs()]
 

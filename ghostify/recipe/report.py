@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GhostifyError
-from ..steps import info
+from ..steps.info import report_size
 
 if TYPE_CHECKING:
     from .run import PlannedStage
@@ -23,12 +23,13 @@ def stage_summary(planned: "PlannedStage", wall_time: float) -> dict[str, Any]:
     summary: dict[str, Any] = {"stage": planned.label, "command": command.name, "directory": str(planned.directory),
                                "wall_time": round(wall_time, 2), "params": None, "flops": None, "metrics": None}
     if command.produces == "model":
-        size = info(planned.directory)
+        size = report_size(planned.directory)
         summary.update(params=size["params"], flops=size["flops"])
         training = planned.directory / "training.json"
         if training.is_file():
-            evaluations = json.loads(training.read_text()).get("evaluations") or []
-            best = json.loads(training.read_text()).get("best_step")
+            run = json.loads(training.read_text())
+            evaluations, best = run.get("evaluations") or [], run.get("best_step")
+            summary["learning_rates"] = run.get("learning_rates")  # the peak rate of each parameter group
             chosen = [e for e in evaluations if e["step"] == best] or evaluations[-1:]
             if chosen:
                 summary["metrics"] = {k: v for k, v in chosen[0]["eval"].items() if k != "samples"}

@@ -23,7 +23,8 @@ from ..checkpoint import _auto_class, load_config
 from ..errors import GhostifyError
 from ..files import atomic_directory, check_disjoint, write_text_atomically
 from ..flatten import pack
-from ..steps import attach_ghost, info, prune
+from ..steps import attach_ghost, prune
+from ..steps.info import report_size
 from ..training.loop import partial_dir
 from .overrides import apply_overrides
 from .report import stage_summary, write_report
@@ -224,7 +225,7 @@ def dry_run(recipe: Recipe, run_dir: str | Path) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         current = _random_copy(load_config(recipe.header.model), Path(tmp) / "model")
-        size = info(current)
+        size = report_size(current)
         rows.append({"stage": "model", "command": "", "params": size["params"], "flops": size["flops"],
                      "arguments": {"model": recipe.header.model}})
         for k, planned in enumerate(stages):
@@ -235,7 +236,7 @@ def dry_run(recipe: Recipe, run_dir: str | Path) -> list[dict[str, Any]]:
                 function = prune if command == "prune" else attach_ghost
                 function(current, target, **{key: v for key, v in kwargs.items() if key != "importance"})
                 current = target
-                size = info(current)
+                size = report_size(current)
             rows.append({"stage": planned.label, "command": command, "params": size["params"], "flops": size["flops"],
                          "arguments": _jsonable(planned.arguments)})
     return rows

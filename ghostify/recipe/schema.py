@@ -32,7 +32,7 @@ from ..errors import GhostifyError
 from ..flatten import EMPTY, flat_parameters
 from ..methods import METHODS, order_problem, stage_methods
 from ..settings import DataSettings, TaskSettings
-from .yaml_source import Location, RecipeSource
+from .yaml_source import MAX_BYTES, MAX_VALUES, Location, RecipeSource
 
 REFERENCE = re.compile(r"\$\{([A-Za-z0-9_.\-]+)\}")
 #: step-function parameters a recipe does not set (the runner does)
@@ -197,18 +197,51 @@ def _keys_at(model: type[BaseModel], path: tuple) -> list[str]:
     return list(model.model_fields)
 
 
-def substitute_vars(value: Any, variables: dict[str, Any]) -> Any:
-    """Replace ``${name}`` for names in ``vars`` (a whole-string reference keeps the value's type)."""
-    if isinstance(value, dict):
-        return {k: substitute_vars(v, variables) for k, v in value.items()}
-    if isinstance(value, list):
-        return [substitute_vars(v, variables) for v in value]
-    if isinstance(value, str):
-        whole = REFERENCE.fullmatch(value)
-        if whole and whole.group(1) in variables:
-            return variables[whole.group(1)]
-        return REFERENCE.sub(lambda m: str(variables[m.group(1)]) if m.group(1) in variables else m.group(0), value)
-    return value
+def substitute_vars(value: Any, variables: dict[str, Any], limit: int = MAX_BYTES) -> Any:
+    """Replace ``${name}`` for names in ``vars`` (a whole-string reference keeps the value's type).
+
+    ``vars`` expand like aliases: a ``ValueError`` once references inside strings have added more
+    than ``limit`` characters in all (a large variable written many times into strings)."""
+    added = 0
+
+    def text(match: re.Match) -> str:
+        nonlocal added
+        name = match.group(1)
+        if name not in variables:
+            return match.group(0)
+        replacement = str(variables[name])
+        added += len(replacement)
+        if added > limit:
+            raise ValueError(f"${{vars}} inside strings add more than {limit:,} characters")
+        return replacement
+
+    def substitute(item: Any) -> Any:
+        if isinstance(item, dict):
+            return {k: substitute(v) for k, v in item.items()}
+        if isinstance(item, list):
+            return [substitute(v) for v in item]
+        if isinstance(item, str):
+            whole = REFERENCE.fullmatch(item)
+            if whole and whole.group(1) in variables:
+                return variables[whole.group(1)]
+            return REFERENCE.sub(text, item)
+        return item
+
+    return substitute(value)
+
+
+def _count_values(value: Any, limit: int) -> int:
+    """The values in ``value`` (mapping keys included, as the YAML limits count), stopping past ``limit``."""
+    count, stack = 0, [value]
+    while stack and count <= limit:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            count += len(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return count
 
 
 def references(value: Any) -> list[str]:
@@ -229,7 +262,13 @@ def validate(source: RecipeSource, raw: dict[str, Any]) -> Recipe:
     variables = raw.get("vars") or {}
     if not isinstance(variables, dict):
         variables = {}
-    raw = substitute_vars(raw, variables)
+    try:  # vars are aliases too: a large one used in many places
+        raw = substitute_vars(raw, variables)
+    except ValueError as exc:
+        raise RecipeError([f"{source.filename}: {exc}; use large variables in fewer places"]) from None
+    if _count_values(raw, MAX_VALUES) > MAX_VALUES:
+        raise RecipeError([f"{source.filename}: the recipe has more than {MAX_VALUES:,} values once its ${{vars}} are "
+                           "substituted; use large variables in fewer places"])
     try:
         header = RecipeHeader.model_validate(raw)
     except ValidationError as exc:

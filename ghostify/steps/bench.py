@@ -11,10 +11,89 @@ from typing import Any
 
 import torch
 
+from ..architectures import get_adapter, usable_positions
 from ..checkpoint import load_config, load_model
 from ..errors import GhostifyError
 from ..export.onnx import example_batch, input_names
 from ..export.runtime import OnnxModel, onnx_path
+
+
+#: what an allocation failure says, in PyTorch (CPU allocator), ONNX Runtime and C++ (bad_alloc)
+_OUT_OF_MEMORY = ("can't allocate memory", "not enough memory", "failed to allocate", "bad_alloc", "out of memory")
+
+
+def _config(model: str | os.PathLike):
+    """The config of a checkpoint, or of an ONNX graph (the config.json its export directory holds)."""
+    graph = onnx_path(model)
+    return load_config(graph.parent if graph is not None else model)
+
+
+def _check_positions(model: str | os.PathLike, config, seq_len: int) -> None:
+    limit = usable_positions(config)
+    if seq_len > limit:
+        raise GhostifyError(f"--seq-len {seq_len} exceeds the {limit} tokens {model} can read (its position "
+                            f"embeddings); use --seq-len {limit} or less")
+
+
+def activation_bytes(config, batch: int, length: int, *, scores: bool) -> int:
+    """A lower bound of the memory one forward pass needs beyond the weights: the int64 inputs (ids,
+    mask, token types) and what one layer holds at once (its input and output, Q, K and V, the
+    FFN's intermediate activations and, where the runtime materialises them, the attention
+    scores), in fp32."""
+    adapter = get_adapter(config)
+    tokens = batch * length
+    hidden = adapter.hidden_size(config)
+    elements = tokens * (5 * hidden + adapter.ffn_size(config))
+    if scores:
+        elements += batch * adapter.num_heads(config) * length * length
+    return 3 * 8 * tokens + 4 * elements
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this machine can still give (``MemAvailable``), None where it does not say."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _check_memory(model: str | os.PathLike, config, batch: int, length: int) -> None:
+    """Refuse a batch whose activations cannot fit in the available memory (before allocating them)."""
+    available = available_memory()
+    if available is None:
+        return
+    # ONNX Runtime, and families that compute attention themselves, materialise the score matrix
+    scores = onnx_path(model) is not None or not get_adapter(config).uses_attention_interface
+    need = activation_bytes(config, batch, length, scores=scores)
+    if need <= available:
+        return
+    per_row = activation_bytes(config, 1, length, scores=scores)
+    fits = available // per_row
+    fix = f"use --batch-size {fits} or less" if fits >= 1 else "use a shorter --seq-len"
+    raise GhostifyError(f"--batch-size {batch} x --seq-len {length} needs about {_gb(need)} of memory for the activations "
+                        f"of {model}, more than the {_gb(available)} available; {fix}")
+
+
+def _gb(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def _guarded(model: str | os.PathLike, batch: int, length: int, call: Callable[[], Any]) -> Any:
+    """``call()``, with an allocation failure as one line naming the model and the batch."""
+    try:
+        return call()
+    except GhostifyError:
+        raise
+    except Exception as exc:  # ONNX Runtime's errors are no RuntimeError: recognised by their text
+        text = str(exc)
+        if not isinstance(exc, MemoryError) and not any(s in text.lower() for s in _OUT_OF_MEMORY):
+            raise
+        first = text.strip().splitlines()[0][:200] if text.strip() else type(exc).__name__
+        raise GhostifyError(f"{model} ran out of memory at --batch-size {batch} x --seq-len {length} ({first}); "
+                            "use a smaller --batch-size or --seq-len") from exc
 
 
 def _runner(model: str | os.PathLike, batch: int, length: int, threads: int) -> tuple[str, Callable[[], Any]]:
@@ -48,31 +127,37 @@ def bench(
     moment of the machine hits them all alike), and the speed-up against the first model.
 
     Wall-clock milliseconds per forward pass, and CPU milliseconds (all threads of this process).
+    Before anything is loaded, ``seq_len`` is checked against every model's positions and the
+    batch against the memory available (an allocation that fails anyway is one line too).
 
     Example:
         >>> bench(["out/dense", "out/pruned", "out/onnx/model_int8.onnx"], threads=1)  # doctest: +SKIP
     """
     for name, value in (("--batch-size", batch_size), ("--seq-len", seq_len), ("--threads", threads),
-                        ("--rounds", rounds)):
-        if value < 1:
-            raise GhostifyError(f"{name} {value} must be at least 1")
-    if warmup < 0:
-        raise GhostifyError(f"--warmup {warmup} must be at least 0")
+                        ("--rounds", rounds), ("--warmup", warmup)):
+        least = 0 if name == "--warmup" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise GhostifyError(f"{name} {value!r} must be a whole number of at least {least}")
     if not models:
         raise GhostifyError("name at least one model to measure")
+    configs = [_config(m) for m in models]
+    for model, config in zip(models, configs):  # every model, before any is loaded or timed
+        _check_positions(model, config, seq_len)
+    for model, config in zip(models, configs):
+        _check_memory(model, config, batch_size, seq_len)
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        runners = [_runner(m, batch_size, seq_len, threads) for m in models]
+        runners = [_guarded(m, batch_size, seq_len, lambda m=m: _runner(m, batch_size, seq_len, threads)) for m in models]
         for _ in range(warmup):
-            for _, run in runners:
-                run()
+            for model, (_, run) in zip(models, runners):
+                _guarded(model, batch_size, seq_len, run)
         wall: list[list[float]] = [[] for _ in runners]
         cpu: list[list[float]] = [[] for _ in runners]
         for _ in range(rounds):
             for i, (_, run) in enumerate(runners):
                 w0, c0 = time.perf_counter(), time.process_time()
-                run()
+                _guarded(models[i], batch_size, seq_len, run)
                 cpu[i].append(1000 * (time.process_time() - c0))
                 wall[i].append(1000 * (time.perf_counter() - w0))
     finally:

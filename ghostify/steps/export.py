@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import errno
 import json
 import os
 import subprocess
@@ -15,10 +17,11 @@ import torch
 
 from ..checkpoint import load_config, load_model, read_record
 from ..errors import GhostifyError
-from ..export.hf import write_hf
+from ..export.hf import drop_auto_map, write_hf
 from ..export.onnx import example_batch, input_names, require_onnx, write_onnx
+from ..export.runtime import onnx_path
 from ..files import atomic_directory, check_output_dir, copy_tokenizer
-from ..pooling import Pooling, sentence_transformers_source
+from ..pooling import Pooling, read_modules, sentence_transformers_source
 
 FORMATS = ("hf", "onnx")
 QUANTIZATIONS = ("int8",)
@@ -52,9 +55,21 @@ def export(
         raise GhostifyError(f"--quantize {quantize} quantises an ONNX graph; add --format onnx")
     if format == "onnx":
         require_onnx()
+    if onnx_path(model) is not None:
+        raise GhostifyError(f"{model} is an ONNX export, which export cannot read back; export the checkpoint it was "
+                            "made from")
+    record = read_record(load_config(model))
+    if record is not None and record.references:
+        raise GhostifyError(f"{model} has RefBERT reference attention, which --format {format} cannot carry: its "
+                            "reference store (references.safetensors) is read by ghostify's loader, which neither "
+                            "a stock from_pretrained nor ONNX Runtime runs; export the model distilled without "
+                            "--references")
     # the sentence-transformers model it came from is read too (its pooling, normalisation)
-    origin = sentence_transformers_source(Path(model), read_record(load_config(model)))
+    origin = sentence_transformers_source(Path(model), record)
     out = check_output_dir(output, overwrite=overwrite, inputs=(model, *([origin] if origin else [])))
+    if origin is not None:  # its layout is checked before any work: paths inside it, the pooling ONNX computes
+        read_modules(origin)
+    pooling = Pooling.read(origin) if origin is not None and format == "onnx" else None
     net = load_model(model)
     result: dict[str, Any] = {"model": str(model), "output": str(out), "format": format, "class": type(net).__name__}
     with atomic_directory(out, overwrite=overwrite) as tmp:
@@ -67,8 +82,10 @@ def export(
                 raise GhostifyError(f"the exported model differs from ghostify's by {result['max_difference']:.2e} "
                                     f"(more than {HF_TOLERANCE:g}); please report this model")
         else:
-            written_onnx = write_onnx(net, tmp, pooling=Pooling.read(origin) if origin else None, quantize=quantize)
-            net.config.save_pretrained(tmp)  # labels and sizes, for `ghostify eval` and users
+            written_onnx = write_onnx(net, tmp, pooling=pooling, quantize=quantize)
+            config = copy.deepcopy(net.config)
+            drop_auto_map(config)
+            config.save_pretrained(tmp)  # labels and sizes, for `ghostify eval` and users
             copy_tokenizer(model, tmp)
             result.update(inputs=written_onnx.inputs, outputs=written_onnx.outputs, files=written_onnx.files,
                           max_difference=written_onnx.max_difference, int8_difference=written_onnx.int8_difference)
@@ -110,6 +127,17 @@ _CHECK = textwrap.dedent("""
 """)
 
 
+#: what the check's process (or torch) says when the temporary directory's disk is full
+_NO_SPACE = ("No space left on device", "Errno 28", "Disk quota exceeded", "Errno 122", "StorageFull",
+             "file write failed")
+
+
+def _no_space(where: str) -> GhostifyError:
+    return GhostifyError(f"the temporary directory {where} ran out of space during the export's check without "
+                         "ghostify (it holds a copy of the model's code and a re-saved model): free space there, or "
+                         "point TMPDIR at a disk with room, e.g. TMPDIR=/path/with/room ghostify export ...")
+
+
 @torch.no_grad()
 def check_hf(net: torch.nn.Module, directory: Path, auto_name: str, *, code: bool) -> float:
     """Load ``directory`` in a fresh Python where ghostify cannot be imported, through the Auto
@@ -118,14 +146,26 @@ def check_hf(net: torch.nn.Module, directory: Path, auto_name: str, *, code: boo
     inputs = input_names(net)
     batches = [example_batch(net.config, inputs, 3, 11, seed=1), example_batch(net.config, inputs, 2, 6, seed=2, padded=False)]
     outputs = [tuple(t for t in net(**b).to_tuple() if isinstance(t, torch.Tensor)) for b in batches]
-    with tempfile.TemporaryDirectory() as scratch:
-        io_path = Path(scratch) / "io.pt"
-        torch.save({"batches": batches, "outputs": outputs}, io_path)
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
-        env.update(HF_MODULES_CACHE=str(Path(scratch) / "modules"), HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
-        result = subprocess.run([sys.executable, "-c", _CHECK, str(directory), auto_name, str(io_path), "1" if code else "0"],
-                                capture_output=True, text=True, cwd=scratch, env=env, timeout=600)
+    where = tempfile.gettempdir()
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            io_path = Path(scratch) / "io.pt"
+            torch.save({"batches": batches, "outputs": outputs}, io_path)
+            env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+            env.update(HF_MODULES_CACHE=str(Path(scratch) / "modules"), HF_HUB_OFFLINE="1",
+                       TRANSFORMERS_VERBOSITY="error")
+            # the check runs in the scratch directory: it gets the export's absolute path
+            arguments = [str(directory.absolute()), auto_name, str(io_path), "1" if code else "0"]
+            result = subprocess.run([sys.executable, "-c", _CHECK, *arguments], capture_output=True, text=True,
+                                    cwd=scratch, env=env, timeout=600)
+    except (OSError, RuntimeError) as exc:
+        full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        if full or any(p in str(exc) for p in _NO_SPACE):
+            raise _no_space(where) from exc
+        raise
     if result.returncode != 0:
+        if any(p in result.stderr for p in _NO_SPACE):
+            raise _no_space(where)
         last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise GhostifyError(f"the exported model does not load without ghostify: {last}; please report this model")
     return float(json.loads(result.stdout.strip().splitlines()[-1])["max_difference"])

@@ -55,6 +55,12 @@ def info(model: str | os.PathLike, *, seq_len: int = 128) -> dict[str, Any]:
     }
 
 
+def report_size(model: str | os.PathLike, seq_len: int = 128) -> dict[str, Any]:
+    """``info`` at ``seq_len`` tokens, or at all the model can read when that is fewer (a recipe's
+    report and dry run must not fail on a model with a short position table)."""
+    return info(model, seq_len=min(seq_len, max_tokens(load_config(model))))
+
+
 def _check_seq_len(model: str | os.PathLike, seq_len: int) -> None:
     limit = max_tokens(load_config(model))
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or not 1 <= seq_len <= limit:

@@ -58,15 +58,18 @@ class TokenClassification(TaskKind):
 
         tokenizer = words_tokenizer(tokenizer)
 
-        def encode(batch):
+        def encode(batch, indices):
             tags = batch[preset.tags_column]
             if any(isinstance(tag, str) for row in tags for tag in row):  # a column of tag strings
                 batch = {**batch, preset.tags_column: tag_ids(tags, names)}
+            elif data.has_labels:
+                check_tag_ids(tags, indices, names, column=preset.tags_column,
+                              where=f"split {data.split!r} of {data.dataset}")
             return tokenize_words(batch, tokenizer, tokens_column=preset.tokens_column, tags_column=preset.tags_column,
                                   max_length=self.data.max_length, label_all_subwords=all_subwords,
                                   continuation=continuation)
 
-        encoded = rows.map(encode, batched=True, remove_columns=rows.column_names)
+        encoded = rows.map(encode, batched=True, with_indices=True, remove_columns=rows.column_names)
         return encoded if data.has_labels else encoded.remove_columns("labels")
 
     def _collate(self, tokenizer):
@@ -134,6 +137,19 @@ class TokenClassification(TaskKind):
         mask = batch["attention_mask"].bool()
         targets = F.softmax(teacher.logits.float()[mask] / temperature, dim=-1)
         return -(targets * F.log_softmax(student.logits.float()[mask] / temperature, dim=-1)).sum(-1).mean()
+
+
+def check_tag_ids(tags: list[list[int]], indices: list[int], names: list[str], *, column: str, where: str) -> None:
+    """Every tag id names one of ``names`` (the training split's tags): an id beyond them would
+    index past the head's outputs. ``indices``: the rows' positions, for the message."""
+    for row, row_tags in zip(indices, tags):
+        for tag in row_tags:
+            if isinstance(tag, int) and not isinstance(tag, bool) and tag != IGNORE and not 0 <= tag < len(names):
+                raise DataError(
+                    f"tag {tag} in row {row} of column {column!r} of {where} is not one of the {len(names)} tags "
+                    f"(ids 0-{len(names) - 1}: {', '.join(names)}); give every split the same tags, e.g. a "
+                    "Sequence(ClassLabel(names=[...])) column that names them all"
+                )
 
 
 def words_tokenizer(tokenizer):

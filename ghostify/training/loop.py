@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader
 from ..console import err
 from ..errors import GhostifyError
 from ..files import atomic_directory, remove_tree
+from ..methods.ghost import ghost_kernel_parameters
 from ..settings import TrainSettings
 from .metrics import compute_metrics
 
@@ -71,6 +72,7 @@ class TrainResult:
     best: float | None
     metrics: list[dict[str, Any]]
     wall_time: float
+    learning_rates: dict[str, float] = field(default_factory=dict)  # peak rate per parameter group ("lr", "ghost_lr")
 
 
 class Objective(nn.Module):
@@ -98,6 +100,28 @@ def partial_dir(output: Path) -> Path:
 
 def _fingerprint(settings: TrainSettings, identity: dict[str, Any]) -> dict[str, Any]:
     return {"settings": asdict(settings), **identity}
+
+
+def parameter_groups(objective: nn.Module, params: list[nn.Parameter], settings: TrainSettings) -> list[dict[str, Any]]:
+    """AdamW's parameter groups: one of every trainable parameter at ``learning_rate``, or with
+    ``ghost_learning_rate`` the trainable ghost kernels and scales apart at that rate (each group
+    named by the key its rate is logged under: ``lr``, ``ghost_lr``). The linear schedule scales
+    every group's rate by the same factor. A model without ghost modules has one group whatever
+    the setting (a recipe sets it for every stage, so this is not worth a warning)."""
+    if settings.ghost_learning_rate is None:
+        return [{"params": params, "name": "lr"}]
+    trainable = {id(p) for p in params}
+    ghosts = [p for p in ghost_kernel_parameters(objective) if id(p) in trainable]
+    kernel_ids = {id(p) for p in ghosts}
+    rest = [p for p in params if id(p) not in kernel_ids]
+    groups = [{"params": rest, "name": "lr"}] if rest else []
+    if ghosts:
+        # AdamW's decoupled decay shrinks a weight by lr x weight_decay per step: scaled so that the
+        # kernels shrink (towards uniform kernels, the scales towards 0) as much per step as the
+        # other weights, whatever the rate. Equal rates give exactly --weight-decay.
+        decay = settings.weight_decay * (settings.learning_rate / settings.ghost_learning_rate)
+        groups.append({"params": ghosts, "name": "ghost_lr", "lr": settings.ghost_learning_rate, "weight_decay": decay})
+    return groups
 
 
 def train(
@@ -168,7 +192,9 @@ def train(
         params = [p for p in objective.parameters() if p.requires_grad]
         if not params:
             raise GhostifyError("nothing to train: every parameter is frozen")
-        optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, weight_decay=settings.weight_decay)
+        groups = parameter_groups(objective, params, settings)
+        optimizer = torch.optim.AdamW(groups, lr=settings.learning_rate, weight_decay=settings.weight_decay)
+        rates = {group["name"]: group.get("lr", settings.learning_rate) for group in groups}  # the peak rates
         objective, optimizer, train_loader = accelerator.prepare(objective, optimizer, train_loader)
         if eval_loader is not None:
             eval_loader = accelerator.prepare(eval_loader)
@@ -223,8 +249,8 @@ def train(
                     bar[0].update(bar[1], completed=progress.step)
                 if progress.step % settings.log_steps == 0:
                     mean = accelerator.gather(torch.tensor([sum(running) / len(running)], device=accelerator.device)).mean()
-                    log({"step": progress.step, "epoch": epoch, "loss": float(mean), "lr": scheduler.get_last_lr()[0],
-                         **{k: float(v) for k, v in parts.items()}})
+                    log({"step": progress.step, "epoch": epoch, "loss": float(mean),
+                         **dict(zip(rates, scheduler.get_last_lr())), **{k: float(v) for k, v in parts.items()}})
                     running.clear()
                 if progress.step % settings.checkpoint_steps == 0:
                     save_state()
@@ -260,10 +286,11 @@ def train(
                     shutil.copy2(metrics_file, tmp / "metrics.jsonl")
                 (tmp / "training.json").write_text(json.dumps(
                     {"steps": progress.step, "best": progress.best, "best_step": progress.best_step,
-                     "evaluations": progress.history, **fingerprint}, indent=2))
+                     "evaluations": progress.history, "learning_rates": rates, **fingerprint}, indent=2))
             remove_tree(work)
         accelerator.wait_for_everyone()
-        return TrainResult(output, progress.step, progress.best, progress.history, time.perf_counter() - started)
+        return TrainResult(output, progress.step, progress.best, progress.history, time.perf_counter() - started,
+                           rates)
     finally:
         accelerator.end_training()
 
@@ -293,9 +320,10 @@ def _resume_decision(work: Path, output: Path, fingerprint: dict, *, resume: boo
             if saved != json.loads(json.dumps(fingerprint)):
                 if overwrite:
                     return False  # another run was interrupted here: start over
+                changed = _changed_settings(saved, fingerprint)
                 raise GhostifyError(
-                    f"{work} holds an interrupted run with other settings or inputs; resume it with the same "
-                    "settings, or pass --overwrite to start over"
+                    f"{work} holds an interrupted run with other settings or inputs{changed}; resume it with the "
+                    "same settings, or pass --overwrite to start over"
                 )
             return True
         if not (resume or overwrite):
@@ -303,6 +331,17 @@ def _resume_decision(work: Path, output: Path, fingerprint: dict, *, resume: boo
                 f"{work} holds an interrupted run; pass --resume to continue it or --overwrite to start over"
             )
     return False
+
+
+def _changed_settings(saved: dict[str, Any] | None, fingerprint: dict[str, Any]) -> str:
+    """The training settings that differ from the interrupted run's, as flags (" (--x was 1, now 2)")."""
+    before, now = (saved or {}).get("settings") or {}, fingerprint["settings"]
+    def shown(value: Any) -> str:
+        return "unset" if value is None else str(value)
+
+    changed = [f"--{name.replace('_', '-')} was {shown(before[name])}, now {shown(value)}"
+               for name, value in now.items() if name in before and before[name] != value]
+    return f" ({'; '.join(changed)})" if changed else ""
 
 
 def _save_state(accelerator, work: Path, progress: Progress) -> None:

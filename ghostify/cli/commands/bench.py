@@ -19,7 +19,7 @@ from ..options import Json
 def bench(
     models: Annotated[list[str], typer.Argument(help="Checkpoints, export directories or .onnx files; the first is the baseline.", show_default=False)],
     batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per forward pass.")] = 1,
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence (no padding).")] = 128,
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence (no padding); at most what every model can read.")] = 128,
     threads: Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch and ONNX Runtime.")] = 1,
     rounds: Annotated[int, typer.Option("--rounds", help="Timed forward passes per model, the models taking turns.")] = 20,
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed forward passes per model first.")] = 3,

@@ -26,6 +26,8 @@ GHOST_RECORD_FORMAT = 1
 
 #: modules that own ghost parameters
 GHOST_PARAM_MODULES = (GhostConv, GhostMapConv, GhostColumns)
+#: the modules among them whose parameters are kernels (and their output scales)
+GHOST_KERNEL_MODULES = (GhostConv, GhostMapConv)
 
 
 #: the attribute names ghost modules are attached under (FLOPs are attributed to these)
@@ -106,6 +108,22 @@ def freeze_except_ghosts(model: nn.Module) -> list[str]:
     for name, param in model.named_parameters():
         param.requires_grad_(name in ghosts)
     return sorted(ghosts)
+
+
+def ghost_kernel_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The ghost kernels and scales of ``model``, each once: what ``--ghost-learning-rate`` trains.
+
+    Not the ghost heads' output columns (position ``v``): they are ordinary projection weights,
+    trained at the model's rate like the output projection they extend.
+
+    Example:
+        >>> kernels = {id(p) for p in ghost_kernel_parameters(model)}  # doctest: +SKIP
+    """
+    found: dict[int, nn.Parameter] = {}
+    for module in model.modules():
+        if isinstance(module, GHOST_KERNEL_MODULES):
+            found.update((id(p), p) for p in module.parameters(recurse=False))
+    return list(found.values())
 
 
 def ghost_params(model: nn.Module) -> int:
