@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
 import pickle
 import re
+import socket
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,8 +31,9 @@ from safetensors.torch import load_file
 from torch import nn
 
 from .architectures import get_adapter
+from .card import checkpoint_facts, write_card
 from .errors import CheckpointError, GhostifyError
-from .files import atomic_directory, copy_tokenizer, path_inside
+from .files import atomic_directory, copy_tokenizer, link_input, path_inside
 from .methods import restore_all
 from .methods.ghost import check_ghost_record
 from .methods.pruning.apply import dense_record
@@ -79,11 +82,58 @@ def load_config(source: str | os.PathLike, **overrides: Any):
             raise CheckpointError(f"corrupt config.json in {source}: {exc}; restore or re-create the checkpoint") from exc
     elif _looks_like_path(source):
         raise CheckpointError(f"checkpoint {source} does not exist; check the path")
+    else:
+        _check_hub_reachable(source)
     try:
         return AutoConfig.from_pretrained(source, **overrides)
     except (OSError, ValueError, KeyError) as exc:
+        if not path.exists() and "connect" in str(exc).lower():
+            raise _unreachable(source) from exc
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"cannot load the config of {source}: {first}") from exc
+
+
+#: the longest the reachability check of the hub waits for a connection, in seconds
+HUB_PROBE_TIMEOUT = 5.0
+
+
+def _check_hub_reachable(source: str) -> None:
+    """Refuse at once a hub id when the hub cannot be reached: transformers would retry for
+    minutes before failing (HF_HUB_OFFLINE=1 reads the cache and skips this)."""
+    from huggingface_hub import constants  # deferred with transformers (reads HF_ENDPOINT, HF_HUB_OFFLINE)
+
+    if constants.HF_HUB_OFFLINE or _proxied():
+        return  # offline: the cache answers; behind a proxy a direct connection says nothing
+    timeout = min(HUB_PROBE_TIMEOUT, float(constants.HF_HUB_ETAG_TIMEOUT))
+    if not _reachable(constants.ENDPOINT, timeout):
+        raise _unreachable(source)
+
+
+def _unreachable(source: str) -> CheckpointError:
+    from huggingface_hub import constants  # deferred
+
+    return CheckpointError(f"cannot reach the Hugging Face hub ({constants.ENDPOINT}) for {source!r}: no network "
+                           "connection; pass a local directory, or set HF_HUB_OFFLINE=1 to use the cache")
+
+
+def _proxied() -> bool:
+    return any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"))
+
+
+@functools.lru_cache(maxsize=None)
+def _reachable(endpoint: str, timeout: float) -> bool:
+    """Whether a TCP connection to ``endpoint`` opens within ``timeout`` seconds (once per process)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(endpoint)
+    if not parts.hostname:
+        return True  # not a URL this check understands: let the hub client try
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def _looks_like_path(source: str) -> bool:
@@ -453,13 +503,17 @@ def save_checkpoint(
     tokenizer_source: str | os.PathLike | None = None,
     extra_files: dict[str, Callable[[Path], None]] | None = None,
     overwrite: bool = False,
+    weights_from: str | os.PathLike | None = None,
 ) -> Path:
     """Write ``model`` with ``record`` as a checkpoint directory, atomically.
 
     ``extra_files`` maps a file name to a function that writes it (e.g. importance scores).
+    ``weights_from``: the checkpoint ``model`` was loaded from, unchanged; its weights file is
+    hard-linked instead of written when it holds exactly the tensors that would be written.
     """
     with atomic_directory(output, overwrite=overwrite) as tmp:
-        write_checkpoint(model, tmp, record, tokenizer_source=tokenizer_source, extra_files=extra_files)
+        write_checkpoint(model, tmp, record, tokenizer_source=tokenizer_source, extra_files=extra_files,
+                         weights_from=weights_from)
     return Path(output)
 
 
@@ -470,6 +524,7 @@ def write_checkpoint(
     *,
     tokenizer_source: str | os.PathLike | None = None,
     extra_files: dict[str, Callable[[Path], None]] | None = None,
+    weights_from: str | os.PathLike | None = None,
 ) -> None:
     """The files of a checkpoint, into an existing directory (callers provide the atomicity)."""
     write_references(model, directory, record)  # the reference store; completes record.references
@@ -479,11 +534,45 @@ def write_checkpoint(
     config.save_pretrained(directory)
     skip = set(getattr(model, "all_tied_weights_keys", {}) or {}) | set(alias_keys(model))  # each tensor once
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in skip}
-    safetensors.torch.save_file(_unshare(state), str(directory / WEIGHTS_NAME), metadata={"format": "pt"})
+    source = Path(weights_from) / WEIGHTS_NAME if weights_from is not None else None
+    if source is None or not source.is_file() or not _holds_exactly(source, state):
+        safetensors.torch.save_file(_unshare(state), str(directory / WEIGHTS_NAME), metadata={"format": "pt"})
+    else:
+        link_input(source, directory / WEIGHTS_NAME)
     if tokenizer_source is not None:
         copy_tokenizer(tokenizer_source, directory)
     for name, writer in (extra_files or {}).items():
         writer(directory / name)
+    write_model_card(directory)
+
+
+def write_model_card(directory: Path) -> None:
+    """The checkpoint's ``README.md`` (a Hugging Face model card, :mod:`ghostify.card`) from what
+    ``directory`` holds: its record, sizes measured on the model loaded back from it, and
+    ``training.json``'s evaluations once training wrote them (the loop calls this again then).
+
+    The sizes are measured on a fresh copy, never the caller's model (a student mid-training keeps
+    its attention kernel and state untouched), and building it leaves the global RNG as it was
+    (training goes on drawing the same numbers)."""
+    with torch.random.fork_rng(devices=[]):
+        model = load_model(directory)
+    write_card(directory, checkpoint_facts(model, directory, model_record(model)))
+
+
+def _holds_exactly(path: Path, state: dict[str, torch.Tensor]) -> bool:
+    """Whether the safetensors file ``path`` holds the tensors of ``state``: the same keys, dtypes,
+    shapes and values (then it can stand for the file that would be written)."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            if set(f.keys()) != set(state):
+                return False
+            for key, tensor in state.items():
+                stored = f.get_tensor(key)
+                if stored.dtype != tensor.dtype or stored.shape != tensor.shape or not torch.equal(stored, tensor):
+                    return False
+    except (OSError, SafetensorError, ValueError):
+        return False
+    return True
 
 
 def alias_keys(model: nn.Module) -> dict[str, str]:

@@ -2,22 +2,34 @@
 eval, report) on stdout, so that it can be redirected; progress, notes and warnings on stderr.
 
 Below the CLI, so that training's progress bar shares the CLI's stderr console without
-importing the CLI."""
+importing the CLI. Under ``accelerate launch`` every process runs the command: only the main one
+(global rank 0) talks, so that each line appears once."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)  # never break paths across lines
-out = Console(highlight=False, soft_wrap=True)  # results: `ghostify info X > file` keeps them
+
+
+def is_main_process() -> bool:
+    """True except in the processes of a multi-process launch other than the first (``RANK`` is set
+    by ``accelerate launch`` and torchrun before the command starts)."""
+    return os.environ.get("RANK", "0").strip() in ("0", "")
+
+
+err = Console(stderr=True, highlight=False, soft_wrap=True, quiet=not is_main_process())  # never break paths across lines
+out = Console(highlight=False, soft_wrap=True, quiet=not is_main_process())  # results: `ghostify info X > file` keeps them
 
 
 def print_json(data: Any) -> None:
+    if not is_main_process():
+        return
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
     sys.stdout.flush()
 

@@ -144,9 +144,32 @@ def _umask() -> int:
     return old
 
 
+#: (device, inode) of the input files ``link_input`` linked into an output: they keep the
+#: input's permissions, since changing a link's mode changes the input's
+_INPUT_INODES: set[tuple[int, int]] = set()
+
+
+def link_input(source: str | os.PathLike, destination: Path) -> bool:
+    """Put an input file at ``destination`` (inside an output being written) without copying its
+    bytes: a hard link, or a copy where the file system refuses one (another device, a file of
+    another user). True when linked.
+
+    Safe because ghostify never opens an existing file for writing: every output is a new file
+    in a new directory, renamed into place, so no later write reaches the shared inode."""
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copyfile(source, destination)
+        return False
+    stat = os.stat(destination)
+    _INPUT_INODES.add((stat.st_dev, stat.st_ino))
+    return True
+
+
 def _apply_umask(root: Path) -> None:
     """Give a finished output the permissions the user's umask asks for: mkdtemp makes 0700
-    directories and safetensors writes 0600 files, which other users could not read."""
+    directories and safetensors writes 0600 files, which other users could not read. A file
+    linked from an input keeps the input's mode (see ``link_input``)."""
     mask = _umask()
     os.chmod(root, 0o777 & ~mask)
     for directory, dirs, files in os.walk(root):
@@ -154,7 +177,10 @@ def _apply_umask(root: Path) -> None:
             os.chmod(os.path.join(directory, name), 0o777 & ~mask)
         for name in files:
             path = os.path.join(directory, name)
-            if not os.path.islink(path):
+            if os.path.islink(path):
+                continue
+            stat = os.stat(path)
+            if (stat.st_dev, stat.st_ino) not in _INPUT_INODES:
                 os.chmod(path, 0o666 & ~mask)
 
 

@@ -71,6 +71,22 @@ def sentence_transformers_source(source: Path, record: Any) -> Path | None:
     return next((c for c in candidates if (c / "modules.json").is_file()), None)
 
 
+def export_layout_source(source: Path, record: Any) -> Path | None:
+    """The sentence-transformers model whose layout an export of ``source`` is written in: none when
+    ``source`` has a task head (its config's class is a ``...For...`` one), since sentence-transformers
+    loads the bare encoder and would drop the head (a classifier fine-tuned from an embedding model)."""
+    return None if _has_task_head(source) else sentence_transformers_source(source, record)
+
+
+def _has_task_head(source: Path) -> bool:
+    try:
+        config = json.loads((source / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # a hub id, or a config the loader reports on
+    names = config.get("architectures") if isinstance(config, dict) else None
+    return any("For" in str(name) for name in names or [])
+
+
 def read_modules(directory: Path) -> list[dict[str, Any]] | None:
     """The modules ``directory/modules.json`` lists, checked: a list of objects whose paths stay
     inside ``directory``; None when there is no ``modules.json``."""

@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 
 from .errors import GhostifyError
@@ -18,6 +19,10 @@ from .errors import GhostifyError
 DEFAULT_DATASET = "nyu-mll/glue"
 
 MIXED_PRECISION = ("no", "fp16", "bf16")
+#: `ghostify eval --batch-size`: evaluation keeps no gradients, so larger batches than training's fit
+EVAL_BATCH_SIZE = 64
+#: the experiment trackers ``--report-to`` takes (Accelerate's), and the package each needs
+TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
 TRAIN_MODES = ("all", "ghost-only")
 #: field metadata: a value the code uses but no flag, recipe key or flat keyword sets
 INTERNAL = "internal"
@@ -35,6 +40,9 @@ class DataSettings:
     metric: str | None = None
     max_length: int = 128  # checked against the models' positions by tokenization.check_max_length
     max_samples: int | None = None  # a seeded random subset of the training examples
+    #: a data file (.csv, .tsv, .json, .jsonl, .parquet) that is the validation split; None: the dataset's
+    #: (a single data file as --dataset: 10% of its rows held out)
+    validation_file: str | None = None
 
     def validate(self) -> None:
         value = self.max_samples
@@ -96,6 +104,16 @@ class TrainSettings:
     seed: int = 0
     checkpoint_steps: int = 200
     log_steps: int = field(default=10, metadata={INTERNAL: True})
+    # experiment trackers (Accelerate's) that also receive the losses and evaluations, logged under OUT/runs/
+    report_to: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        # "tensorboard,wandb" (a flag or keyword) and a YAML list mean the same trackers
+        value = self.report_to
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",")]
+        if value is not None:
+            object.__setattr__(self, "report_to", tuple(v for v in value if v) or None)
 
     def validate(self) -> None:
         checks = [
@@ -114,6 +132,18 @@ class TrainSettings:
         for ok, message in checks:
             if not ok:
                 raise GhostifyError(message)
+        check_trackers(self.report_to or ())
+
+
+def check_trackers(names: tuple[str, ...]) -> None:
+    """Each tracker is one Accelerate knows, and its package is installed (checked before any work)."""
+    for name in names:
+        if name not in TRACKERS:
+            raise GhostifyError(f"--report-to {name!r}: choose one or more of {', '.join(TRACKERS)} (comma-separated)")
+        package = TRACKERS[name]
+        if importlib.util.find_spec(package) is None:
+            raise GhostifyError(f"--report-to {name} needs the {package} package, which is not installed: "
+                                f"pip install {package} (or leave {name} out)")
 
 
 @dataclass(frozen=True)

@@ -459,8 +459,10 @@ def test_one_rule_decides_whether_labels_are_a_regression():
     assert label_kind(rows([0.5, 3.2], datasets.Value("float32")), "label").num_labels == 1
     from ghostify.errors import DataError
 
-    with pytest.raises(DataError, match="holds string values"):
-        label_kind(rows(["pos", "neg"]), "label")
+    named = label_kind(rows(["pos", "neg", "pos"]), "label")  # class names: ids in sorted order, names kept
+    assert (named.regression, named.num_labels, named.names, named.strings) == (False, 2, ("neg", "pos"), True)
+    with pytest.raises(DataError, match="holds list values"):
+        label_kind(rows([[1], [2]]), "label")
 
 
 def test_plain_checkpoints_that_are_fine_still_load(world, tmp_path):

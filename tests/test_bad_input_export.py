@@ -139,7 +139,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("onnx-truncated-eval", ["eval", "<onnx-truncated>", *EVAL], "cannot be loaded, it is truncated"),
     ("onnx-truncated-bench", ["bench", "<onnx-truncated>/model.onnx", *BENCH], "cannot be loaded, it is truncated"),
     ("onnx-random-bytes-bench", ["bench", "<onnx-random>", *BENCH], "cannot be loaded, it is truncated"),
-    ("onnx-file-to-info", ["info", "<onnx-truncated>/model.onnx"], "is a file, not a checkpoint directory"),
+    ("onnx-file-to-info", ["info", "<onnx-truncated>/model.onnx"], "which info cannot read"),
     # output names the file system cannot hold (255 bytes), with the temporary sibling's 14 more
     ("output-name-300", ["export", "{m}", "-o", "{out}/../" + "a" * 300], "longer than the 255"),
     ("output-name-300-prune", ["prune", "{m}", "-o", "{out}/../" + "a" * 300, "--width", "0.5"], "longer than the 255"),

@@ -494,11 +494,20 @@ def test_save_load_is_exact_attention_positions(family, settings, tmp_path):
 def test_load_refuses_a_record_that_does_not_match_the_weights(tmp_path):
     from ghostify.errors import CheckpointError
 
+    import json
+
     model, record = _ghosted(*_pruned("bert"), GhostSettings())
-    record.ghost["settings"]["kernel_size"] = 5
     save_checkpoint(model, tmp_path / "bad", record)
+    config = json.loads((tmp_path / "bad" / "config.json").read_text())
+    config["ghostify"]["ghost"]["settings"]["kernel_size"] = 5  # edited by hand after saving
+    (tmp_path / "bad" / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="do not match"):
         load_model(tmp_path / "bad")
+    # saving such a record is refused in the first place (the model card loads the checkpoint back)
+    record.ghost["settings"]["kernel_size"] = 5
+    with pytest.raises(CheckpointError, match="do not match"):
+        save_checkpoint(model, tmp_path / "bad-too", record)
+    assert not (tmp_path / "bad-too").exists() and [p.name for p in tmp_path.iterdir()] == ["bad"]
 
 
 @pytest.mark.parametrize("family", ALL_FAMILIES)

@@ -3,38 +3,93 @@
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import re
 import sys
 import warnings
+from collections.abc import Callable
+from importlib import metadata
+from typing import Annotated, Any
 
 import typer
 
+from ..console import is_main_process
 from ..errors import GhostifyError, Terminated
+from ..version import __version__
 from .signals import terminate_on_signals
 
-app = typer.Typer(
+
+class _Ghostify(typer.Typer):
+    """Typer whose commands quiet the libraries when they start: importing transformers for that
+    up front would cost ``ghostify --help`` a second or more."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        register = super().command(*args, **kwargs)
+
+        def decorator(function: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(function)  # Typer reads the options from the wrapped signature
+            def quieted(*a: Any, **k: Any) -> Any:
+                _quiet_libraries()
+                return function(*a, **k)
+
+            register(quieted)
+            return function
+
+        return decorator
+
+
+app = _Ghostify(
     name="ghostify",
     help="Compress Hugging Face encoders with the GhostBERT recipe: importance, prune, attach-ghost, "
     "distill, finetune; each command reads a checkpoint and writes a new one.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion SHELL
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",
 )
+
+
+def version_line() -> str:
+    """ghostify's version and those of the libraries it runs on, read from the installed packages'
+    metadata (importing torch only to ask it would take seconds)."""
+    parts = []
+    for package in ("torch", "transformers"):
+        try:
+            parts.append(f"{package} {metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{package} not installed")
+    return f"ghostify {__version__} ({', '.join(parts)})"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(version_line())
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                          help="Print the versions of ghostify, torch and transformers, and exit.")] = False,
+) -> None:
+    """ghostify's own options (its help text is the app's)."""
 
 DEBUG_VARIABLE = "GHOSTIFY_DEBUG"
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    if not is_main_process():  # under accelerate launch every process warns alike: say it once
+        return
     text = str(message).strip().splitlines()[0] if str(message).strip() else category.__name__
     print(f"warning: {text}", file=sys.stderr)
 
 
 def _quiet_libraries() -> None:
     """Library chatter (transformers' per-weight notices, datasets' bars) hides ghostify's own
-    messages; users can still ask for it with TRANSFORMERS_VERBOSITY."""
+    messages; users can still ask for it with TRANSFORMERS_VERBOSITY. Run as a command starts
+    (``--help`` and ``--version`` need no transformers)."""
     if "TRANSFORMERS_VERBOSITY" not in os.environ:
         from transformers.utils import logging as hf_logging
 
@@ -51,7 +106,6 @@ def main(argv: list[str] | None = None) -> int:
     debug = bool(os.environ.get(DEBUG_VARIABLE))
     try:
         with warnings.catch_warnings(), terminate_on_signals():
-            _quiet_libraries()
             warnings.simplefilter("always", UserWarning)  # each run says its warnings, once per call
             if not debug:
                 warnings.showwarning = _one_line_warning

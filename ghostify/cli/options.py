@@ -15,7 +15,7 @@ import typer
 Model = Annotated[str, typer.Argument(help="Checkpoint: a local directory (ghostify or transformers) or a hub id.", show_default=False)]
 Output = Annotated[Path, typer.Option("--output", "-o", help="Checkpoint directory to write (must not exist unless --overwrite).", show_default=False)]
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace an existing output directory.")]
-Dataset = Annotated[str, typer.Option("--dataset", help="Dataset hub id or local directory (nyu-mll/glue layout).")]
+Dataset = Annotated[str, typer.Option("--dataset", help="Dataset hub id, local directory (nyu-mll/glue layout) or one data file (.csv, .tsv, .json, .jsonl, .parquet; .txt: one text per line).")]
 Task = Annotated[str | None, typer.Option("--task", help="Task preset: sst2, mrpc, rte, stsb, cola, qnli, qqp, mnli, wnli (GLUE); conll2003, wnut_17 (tokens); squad, squad_v2 (QA); embeddings (a sentence-transformers model).", show_default=False)]
 TextColumns = Annotated[str | None, typer.Option("--text-columns", help="Comma-separated text column(s), for datasets without a preset.", show_default=False)]
 LabelColumn = Annotated[str | None, typer.Option("--label-column", help="Label column, for datasets without a preset.", show_default=False)]
@@ -62,11 +62,13 @@ SETTING_OPTIONS: dict[str, Any] = {
     # DataSettings
     "task": Task, "dataset": Dataset, "text_columns": TextColumns, "label_column": LabelColumn, "metric": Metric,
     "max_length": MaxLength, "max_samples": MaxSamples,
+    "validation_file": Annotated[str | None, typer.Option("--validation-file", help="A .csv, .tsv, .json, .jsonl or .parquet file of validation rows (default: the dataset's validation split; for a single data file as --dataset, 10% of its rows held out).", show_default=False)],
     # TrainSettings
     "epochs": Epochs, "batch_size": GlobalBatchSize, "learning_rate": LearningRate,
     "ghost_learning_rate": GhostLearningRate, "weight_decay": WeightDecay,
     "warmup_ratio": WarmupRatio, "max_grad_norm": MaxGradNorm, "gradient_accumulation_steps": GradientAccumulation,
     "mixed_precision": MixedPrecision, "seed": Seed, "checkpoint_steps": CheckpointSteps,
+    "report_to": Annotated[str | None, typer.Option("--report-to", help="Also log losses, learning rates and evaluations to these experiment trackers (comma-separated: tensorboard, wandb, mlflow; Accelerate's), under OUT/runs/.", show_default=False)],
     # StudentSettings
     "train": Train, "dropout": Dropout, "attention_dropout": AttentionDropout,
     # FinetuneWeights
@@ -92,4 +94,4 @@ SETTING_OPTIONS: dict[str, Any] = {
     "embedding_loss": Annotated[str, typer.Option("--embedding-loss", help="Embeddings task, distill: cosine, mse or cosine+mse between the student's and the teacher's pooled embeddings.")],
 }
 #: how a flag's text becomes the field's value, where they differ
-CONVERTERS: dict[str, Callable[[Any], Any]] = {"text_columns": split_columns}
+CONVERTERS: dict[str, Callable[[Any], Any]] = {"text_columns": split_columns, "report_to": split_columns}

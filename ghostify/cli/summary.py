@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from ..methods import describe_all
-from ..methods.pruning import ImportanceScores
-from ..record import GhostifyRecord
 from .console import err, human, out
+
+if TYPE_CHECKING:  # both load torch, which `ghostify --help` must not
+    from ..methods.pruning import ImportanceScores
+    from ..record import GhostifyRecord
 
 
 def print_importance(scores: ImportanceScores) -> None:
@@ -48,7 +51,20 @@ def print_training(result) -> None:
     best = "" if result.best is None else f", best {result.best:.4f}"
     rates = result.learning_rates  # shown when the ghost kernels had a rate of their own
     shown = f" ({', '.join(f'{k} {v:g}' for k, v in rates.items())})" if "ghost_lr" in rates else ""
-    err.print(f"{result.steps} steps in {result.wall_time:.0f}s{best}{shown}")
+    # always said: a launch that silently ran one process shows it here
+    processes = f"{result.processes} process{'es' if result.processes != 1 else ''}"
+    err.print(f"{result.steps} steps in {result.wall_time:.0f}s, trained on {processes}{best}{shown}")
     for record in result.metrics:
         values = "  ".join(f"{k} {v:.4f}" for k, v in record["eval"].items() if k != "samples")
         err.print(f"  epoch {record['epoch']} (step {record['step']}): {values}")
+
+
+def print_written(output, *contents: str) -> None:
+    """The last line of a command: where its outputs are (and what of them to look at)."""
+    listed = [name for name in contents if (Path(output) / name).exists()]
+    err.print(f"wrote {output}" + (f" ({', '.join(listed)})" if listed else ""), markup=False)
+
+
+def print_trained(output) -> None:
+    """The last line of a training command: the checkpoint, its logs and its record."""
+    print_written(output, "metrics.jsonl", "training.json", "runs/")

@@ -5,13 +5,30 @@ from __future__ import annotations
 import codecs
 import hashlib
 import json
+import random
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
 from .checks import usable_rows
+from .labels import label_ids
 from .tasks import TaskPreset
+
+#: a single data file as --dataset (or --validation-file): its extension -> datasets' builder and options
+DATA_FILES: dict[str, tuple[str, dict[str, Any]]] = {
+    ".csv": ("csv", {}),
+    ".tsv": ("csv", {"delimiter": "\t"}),
+    ".json": ("json", {}),
+    ".jsonl": ("json", {}),
+    ".parquet": ("parquet", {}),
+}
+#: the share of a single data file held out as its validation split when no --validation-file is given
+HELD_OUT = 0.1
+#: the hold-out draws with this seed, never a command's --seed: every command of a pipeline
+#: (importance, finetune, distill, eval) must agree on which rows are validation rows
+HELD_OUT_SEED = 0
 
 
 @dataclass
@@ -54,14 +71,20 @@ def load_split(
     max_samples: int | None = None,
     seed: int = 0,
     require_labels: bool = True,
+    validation_file: str | None = None,
 ) -> TaskData:
-    """Load ``split`` of ``dataset`` for ``task``; a seeded random subset of ``max_samples``."""
+    """Load ``split`` of ``dataset`` for ``task``; a seeded random subset of ``max_samples``.
+    ``validation_file``: a data file that is the task's validation split instead of the dataset's."""
     import datasets
 
     datasets.disable_progress_bars()
     if dataset.startswith((".", "/", "~")) and not Path(dataset).expanduser().exists():
         raise DataError(f"dataset directory {dataset} does not exist; check --dataset")
-    rows = _read(dataset, task, split)
+    if validation_file is not None and split == task.validation_split:
+        dataset, split = validation_file, "train"  # the whole file
+        rows = _read_validation_file(validation_file, task)
+    else:
+        rows = _read(dataset, task, split, held_out=validation_file is None)
     if not task.input_columns:
         raise DataError(f"task {task.name} needs its text column(s): set --text-columns "
                         f"(columns of {dataset}: {', '.join(rows.column_names)})")
@@ -85,10 +108,11 @@ def load_split(
     return TaskData(dataset=dataset, split=split, task=task, rows=rows, has_labels=has_labels)
 
 
-def _read(dataset: str, task: TaskPreset, split: str):
+def _read(dataset: str, task: TaskPreset, split: str, *, held_out: bool = True):
     """The split as a datasets.Dataset. A ``save_to_disk`` directory is read into memory: a
     dataset mapped from its own files would write its ``.map()`` caches beside them, into the input
-    (datasets loaded by ``load_dataset`` live in datasets' own cache, where their caches go too)."""
+    (datasets loaded by ``load_dataset`` live in datasets' own cache, where their caches go too).
+    A single data file is split ``train`` (``held_out``: less the rows held out as ``validation``)."""
     import datasets
 
     path = Path(dataset).expanduser()
@@ -97,10 +121,60 @@ def _read(dataset: str, task: TaskPreset, split: str):
             return datasets.Dataset.load_from_disk(str(path / _saved_split(path, dataset, split)), keep_in_memory=True)
         if path.is_file() and path.suffix == ".txt":  # one text per line: column "text", split train
             return _text_lines(path, dataset, split)
+        if path.is_file() and path.suffix.lower() in DATA_FILES:
+            return _file_split(path, dataset, task, split, held_out=held_out)
         return datasets.load_dataset(str(path) if path.exists() else dataset, task.dataset_config, split=split)
     except (FileNotFoundError, ValueError, KeyError, ConnectionError, OSError, datasets.exceptions.DatasetsError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataError(f"cannot load split {split!r} of dataset {dataset} ({task.name}): {message}") from exc
+
+
+def _read_file(path: Path):
+    """A data file's rows (a datasets.Dataset, in memory: nothing is written beside the file)."""
+    import datasets
+
+    builder, options = DATA_FILES[path.suffix.lower()]
+    return datasets.load_dataset(builder, data_files={"train": str(path)}, split="train", keep_in_memory=True, **options)
+
+
+def _file_split(path: Path, dataset: str, task: TaskPreset, split: str, *, held_out: bool):
+    """``split`` of a single data file: ``train`` is the file (less the held-out rows unless a
+    validation file was given), the task's validation split the rows held out."""
+    validation = task.validation_split
+    if split not in ("train", validation):
+        raise DataError(f"{dataset} is a single data file: its splits are train and {validation} (held out), "
+                        f"not {split!r}; choose one of them with --split")
+    rows = _read_file(path)
+    if not held_out:
+        return rows
+    if len(rows) < 2:
+        raise DataError(f"{dataset} has {len(rows)} row(s): too few to hold out a validation split; add rows "
+                        "or give --validation-file")
+    order = list(range(len(rows)))
+    random.Random(HELD_OUT_SEED).shuffle(order)
+    count = max(1, round(HELD_OUT * len(rows)))
+    if split == validation:
+        warnings.warn(f"{dataset} is a single data file and no --validation-file was given: its validation split is "
+                      f"{count} of its {len(rows)} rows ({HELD_OUT:.0%}, held out with seed {HELD_OUT_SEED}; train is "
+                      "the rest)", UserWarning, stacklevel=4)
+    return rows.select(sorted(order[:count] if split == validation else order[count:]))
+
+
+def _read_validation_file(validation_file: str, task: TaskPreset):
+    import datasets
+
+    path = Path(validation_file).expanduser()
+    if not path.is_file():
+        raise DataError(f"--validation-file {validation_file} is not a file; give a "
+                        f"{', '.join(DATA_FILES)} file of validation rows")
+    if path.suffix.lower() not in DATA_FILES:
+        raise DataError(f"--validation-file {validation_file}: unknown kind of data file {path.suffix or '(no extension)'!r}; "
+                        f"give a {', '.join(DATA_FILES)} file")
+    try:
+        return _read_file(path)
+    except (ValueError, KeyError, OSError, datasets.exceptions.DatasetsError) as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"cannot read --validation-file {validation_file} ({task.name}): {message}") from exc
 
 
 def _saved_split(path: Path, dataset: str, split: str) -> str:
@@ -166,11 +240,14 @@ def tokenize(data: TaskData, tokenizer, *, max_length: int = 128):
     columns = data.task.text_columns
     label_column = data.task.label_column
     regression = data.task.is_regression
+    names, where = data.task.label_names, f"split {data.split!r} of {data.dataset}"
 
     def encode(chunk):
         encoded = tokenizer(*[chunk[c] for c in columns], truncation=True, max_length=max_length)
         if data.has_labels:
-            encoded["labels"] = [float(x) for x in chunk[label_column]] if regression else [int(x) for x in chunk[label_column]]
+            labels = chunk[label_column]
+            encoded["labels"] = ([float(x) for x in labels] if regression
+                                 else label_ids(labels, names, column=label_column, where=where))
         return encoded
 
     return data.rows.map(encode, batched=True, remove_columns=data.rows.column_names, desc=None)

@@ -39,6 +39,9 @@ class TaskPreset:
     context_column: str = "context"
     answers_column: str = "answers"
     version_2: bool = False
+    #: classification: the class names by id (None: unknown, the labels are ids); string labels
+    #: map to their position here
+    label_names: tuple[str, ...] | None = None
 
     @property
     def is_regression(self) -> bool:

@@ -106,7 +106,9 @@ def write_hf(model: nn.Module, directory: Path, *, source: str | Path,
         if hasattr(config, RECORD_KEY):
             delattr(config, RECORD_KEY)
     else:
-        classes = {auto: f"Ghostify{cls.__name__}" for auto, cls in autos.items()}
+        # the stock names: transformers' pipelines accept a model by its class name alone (text-classification
+        # checks it against the task's mapping names), and these classes are the stock ones plus the structure
+        classes = {auto: cls.__name__ for auto, cls in autos.items()}
         code_files = write_code(directory, {cls.__name__: cls for cls in autos.values()})
         config.auto_map = {auto: f"{MODELING}.{name}" for auto, name in classes.items()}
     config.architectures = [type(model).__name__]
@@ -158,15 +160,16 @@ def restore_structure(model):
         declare_shared_tensors(model)
 ''', encoding="utf-8")
     names = sorted(classes)
-    bodies = "\n\n".join(f'''class Ghostify{name}({name}):
+    bodies = "\n\n".join(f'''class {name}(transformers.{name}):
     def __init__(self, config, *args, **kwargs):
         super().__init__(config, *args, **kwargs)
         restore_structure(self)''' for name in names)
     (directory / f"{MODELING}.py").write_text(f'''"""Written by ghostify {__version__} (`ghostify export --format hf`): the stock transformers classes
-of this checkpoint, given the structure recorded in config.json before their weights load.
-Needs torch and transformers only; the structure code is in the ghostify_*.py files beside it."""
+of this checkpoint, given the structure recorded in config.json before their weights load (named
+like them, so that transformers' pipelines take them for what they are). Needs torch and
+transformers only; the structure code is in the ghostify_*.py files beside it."""
 
-from transformers import {", ".join(names)}
+import transformers
 
 from .{STRUCTURE} import restore_structure
 

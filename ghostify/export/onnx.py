@@ -191,12 +191,24 @@ def quantize_int8(source: Path, target: Path) -> None:
             # ONNX shape inference and graph optimisation; the symbolic shape inference cannot follow
             # the dynamo exporter's symbolic dimensions and adds nothing for dynamic quantisation
             quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
-            quantize_dynamic(str(prepared), str(target), weight_type=QuantType.QInt8)
+            quantize_dynamic(str(prepared), str(target), weight_type=QuantType.QInt8,
+                             nodes_to_exclude=_grouped_convolutions(prepared))
     except Exception as exc:  # ONNX Runtime's tools raise anything; say where it happened
         raise GhostifyError(f"ONNX Runtime int8 quantisation failed: {_summary(exc)}; the fp32 export is fine "
                             "(drop --quantize)") from exc
     finally:
         prepared.unlink(missing_ok=True)
+
+
+def _grouped_convolutions(path: Path) -> list[str]:
+    """The grouped ``Conv`` nodes (depthwise ghost modules), which stay fp32: as ``ConvInteger``
+    they would lose ONNX Runtime's blocked-layout kernel, its fused ReLU and the reorders that
+    replace their transposes, and quantising a 3-tap kernel saves nothing worth its error."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return [node.name for node in model.graph.node if node.op_type == "Conv" and node.name
+            and any(a.name == "group" and a.i > 1 for a in node.attribute)]
 
 
 def _summary(exc: BaseException) -> str:

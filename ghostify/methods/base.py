@@ -12,15 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch import nn
-
-from ..architectures import ArchitectureAdapter
 from ..errors import GhostifyError
 
+if TYPE_CHECKING:  # the contract needs neither at run time, and `ghostify --help` must not load torch
+    from torch import nn
+
+    from ..architectures import ArchitectureAdapter
+
 #: ``restore(model, adapter, record, source)``: rebuild the recorded structure (a no-op when absent)
-Restore = Callable[[nn.Module, ArchitectureAdapter, Any, str], None]
+Restore = Callable[["nn.Module", "ArchitectureAdapter", Any, str], None]
 #: ``describe(info)``: (what, value) rows for ``ghostify info`` from its JSON summary
 Describe = Callable[[Mapping[str, Any]], list[tuple[str, str]]]
 
@@ -74,18 +76,27 @@ def order_problem(method: Method, applied: Mapping[str, str], methods: tuple[Met
     return None
 
 
-#: the registry, handed over once by :mod:`ghostify.methods` (which imports every method, so a
-#: method's ``apply`` reaches the order rules through here rather than by importing it)
+#: the registry, handed over by :mod:`ghostify.methods` (which imports every method on first use,
+#: so a method's ``apply`` reaches the order rules through here rather than by importing it)
 REGISTRY: list[Method] = []
+_LOADER: list[Callable[[], tuple[Method, ...]]] = []
 
 
-def register(methods: tuple[Method, ...]) -> None:
-    REGISTRY[:] = methods
+def register(loader: Callable[[], tuple[Method, ...]]) -> None:
+    """``loader`` lists the methods; it runs when the order rules are first needed."""
+    _LOADER[:] = [loader]
+    REGISTRY.clear()
+
+
+def registry() -> tuple[Method, ...]:
+    if not REGISTRY and _LOADER:
+        REGISTRY[:] = _LOADER[0]()
+    return tuple(REGISTRY)
 
 
 def check_order(name: str, record: Any) -> None:
     """Refuse applying method ``name`` to a model whose record says a method it must precede ran already."""
-    methods = tuple(REGISTRY)
+    methods = registry()
     applied = {m.name: "the model" for m in methods if m.present(record)}
     problem = order_problem(next(m for m in methods if m.name == name), applied, methods)
     if problem is not None:

@@ -23,16 +23,29 @@ from ..checkpoint import _auto_class, load_config
 from ..errors import GhostifyError
 from ..files import atomic_directory, check_disjoint, write_text_atomically
 from ..flatten import pack
+from ..hub import hub_target
 from ..steps import attach_ghost, prune
 from ..steps.info import report_size
 from ..training.loop import partial_dir
+from ..training.progress import duration
 from .overrides import apply_overrides
-from .report import stage_summary, write_report
+from .report import REPORT_JSON, REPORT_MD, stage_summary, write_report
 from .schema import REFERENCE, Recipe, Stage, references, validate
 from .yaml_source import RecipeSource
 
 STAGE_FILE = "stage.json"
 RECIPE_FILE = "recipe.yaml"
+
+
+class StageError(GhostifyError):
+    """A stage refused its input while the run was under way (the recipe itself was valid):
+    exit code 1, as for any failed stage; 2 is kept for a recipe or input refused before any stage runs."""
+
+    exit_code = 1
+
+    def __init__(self, label: str, cause: GhostifyError):
+        lines = str(cause).splitlines() or [type(cause).__name__]
+        super().__init__("\n".join([f"stage {label} failed: {lines[0]}", *lines[1:]]))
 
 
 @dataclass
@@ -127,6 +140,9 @@ def run(
     run_dir = Path(run_dir)
     stages = plan(recipe, run_dir)
     check_outputs(recipe, run_dir, stages)  # before anything is written
+    for planned in stages:  # a push's repository id and token, before hours of training (the hub: at its stage)
+        if planned.arguments.get("push_to_hub"):
+            hub_target(planned.arguments["push_to_hub"], revision=planned.arguments.get("revision"), reach=False)
     run_dir.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(run_dir, stages)
     (run_dir / RECIPE_FILE).write_text(yaml.safe_dump(recipe.raw, sort_keys=False))
@@ -141,8 +157,15 @@ def run(
         if on_stage:
             on_stage(planned, "running")
         started = time.perf_counter()
-        _execute(planned)
+        try:
+            _execute(planned)
+        except StageError:
+            raise
+        except GhostifyError as exc:
+            raise StageError(planned.label, exc) from exc
         wall = time.perf_counter() - started
+        if on_stage:
+            on_stage(planned, f"done in {duration(wall)}")
         summary = stage_summary(planned, wall)
         record = {"stamp": uuid.uuid4().hex, "fingerprint": _fingerprint(planned), "summary": summary}
         write_text_atomically(planned.directory / STAGE_FILE, json.dumps(record, indent=2))
@@ -153,6 +176,14 @@ def run(
         # the final checkpoint reproduces itself: `ghostify run OUT/recipe.yaml -o NEW_RUN`
         write_text_atomically(final.directory / RECIPE_FILE, yaml.safe_dump(recipe.raw, sort_keys=False))
     return write_report(run_dir, recipe, rows)
+
+
+def outputs_line(recipe: Recipe, run_dir: str | Path) -> str:
+    """The last line of ``ghostify run``: where the report and the final model are."""
+    run_dir = Path(run_dir)
+    final = next((p for p in reversed(plan(recipe, run_dir)) if p.stage.command.produces == "model"), None)
+    model = f"; final model {final.directory}" if final is not None else ""
+    return f"wrote {run_dir} ({REPORT_MD}, {REPORT_JSON}, one directory per stage{model})"
 
 
 def _remove_leftovers(run_dir: Path, stages: list[PlannedStage]) -> None:
@@ -253,4 +284,4 @@ def describe(planned: list[PlannedStage]) -> list[str]:
     return [f"{p.label}: {p.stage.command.name} " + ", ".join(f"{k}={v}" for k, v in p.arguments.items()) for p in planned]
 
 
-__all__ = ["PlannedStage", "completed", "describe", "dry_run", "load", "plan", "run"]
+__all__ = ["PlannedStage", "StageError", "completed", "describe", "dry_run", "load", "outputs_line", "plan", "run"]

@@ -20,7 +20,7 @@ import re
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
@@ -35,8 +35,9 @@ from ..settings import DataSettings, TaskSettings
 from .yaml_source import MAX_BYTES, MAX_VALUES, Location, RecipeSource
 
 REFERENCE = re.compile(r"\$\{([A-Za-z0-9_.\-]+)\}")
-#: step-function parameters a recipe does not set (the runner does)
-INTERNAL = {"output", "overwrite", "resume", "progress", "on_step"}
+#: step-function parameters a recipe does not set (the runner does; a hub token is a secret, never in a
+#: recipe, which a run copies beside its outputs: push_to_hub reads HF_TOKEN or the saved login)
+INTERNAL = {"output", "overwrite", "resume", "progress", "on_step", "token"}
 #: settings of ``data:`` that every stage accepting them inherits (not ``max_samples``: stages subsample
 #: differently, e.g. augment a few examples and distill on all of their versions)
 DATA_KEYS = ("dataset", "task", "text_columns", "label_column", "metric", "max_length")
@@ -161,6 +162,7 @@ class Recipe:
     header: RecipeHeader
     stages: list[Stage]
     raw: dict[str, Any]  # the document after --set and ${vars}: what reproduces the run
+    left_out: list[str] = field(default_factory=list)  # `when: false` stages, as their directories would be named
 
 
 def _suggest(word: str, options: list[str]) -> str:
@@ -275,6 +277,7 @@ def validate(source: RecipeSource, raw: dict[str, Any]) -> Recipe:
         problems += _pydantic_problems(exc, source, (), RecipeHeader)
         header = None
     stages: list[Stage] = []
+    left_out: list[str] = []
     names: dict[str, int] = {}
     data = header.data.model_dump(exclude_none=True) if header else (raw.get("data") if isinstance(raw.get("data"), dict) else {})
     for i, entry in enumerate(raw.get("stages") or [] if isinstance(raw.get("stages"), list) else []):
@@ -299,8 +302,9 @@ def validate(source: RecipeSource, raw: dict[str, Any]) -> Recipe:
         except ValidationError as exc:
             problems += _pydantic_problems(exc, source, (*location, command_name), model)
             values = body  # keep checking the order and references of the rest
-        if values.get("when") is False:
-            continue  # left out: nothing refers to it, and the other stages keep their numbers
+        if values.get("when") is False:  # left out: nothing refers to it, and the other stages keep their numbers
+            left_out.append(f"{i + 1:02d}-{body.get('output') or command_name}")
+            continue
         settings = {k: v for k, v in values.items() if k in body and (k == "output" or accepts(command_name, k))}
         for key, value in data.items():
             if key not in settings and accepts(command_name, key):
@@ -318,7 +322,7 @@ def validate(source: RecipeSource, raw: dict[str, Any]) -> Recipe:
     problems += _check_order(source, header or _partial_header(raw), stages)
     if problems:
         raise RecipeError(problems)
-    return Recipe(source=source, header=header, stages=stages, raw=raw)
+    return Recipe(source=source, header=header, stages=stages, raw=raw, left_out=left_out)
 
 
 def _partial_header(raw: dict[str, Any]) -> RecipeHeader:

@@ -164,10 +164,24 @@ def bench(
         torch.set_num_threads(previous)
     first = statistics.median(wall[0])
     rows = []
-    for model, (kind, _), w, c in zip(models, runners, wall, cpu):
+    for model, name, (kind, _), w, c in zip(models, short_names(models), runners, wall, cpu):
         quartiles = statistics.quantiles(w, n=4) if len(w) > 1 else [w[0], w[0], w[0]]
         rows.append({"model": str(model), "runtime": kind, "median_ms": statistics.median(w),
                      "p25_ms": quartiles[0], "p75_ms": quartiles[2], "cpu_median_ms": statistics.median(c),
                      "speedup": first / statistics.median(w), "batch_size": batch_size, "seq_len": seq_len,
-                     "threads": threads, "rounds": rounds, "name": Path(str(model)).name})
+                     "threads": threads, "rounds": rounds, "name": name})
     return rows
+
+
+def short_names(models: Sequence[str | os.PathLike]) -> list[str]:
+    """The fewest trailing path parts that tell the models apart (``06-final``, ``onnx/model.onnx``,
+    ``onnx/model_int8.onnx``); a name given twice keeps its full path."""
+    parts = [Path(str(m)).parts or (str(m),) for m in models]
+    names = []
+    for i, own in enumerate(parts):
+        others = [p for j, p in enumerate(parts) if j != i and p != own]
+        k = 1
+        while k < len(own) and any(p[-k:] == own[-k:] for p in others):
+            k += 1
+        names.append(str(Path(*own[-k:])))
+    return names

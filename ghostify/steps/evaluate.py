@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
-from ..checkpoint import load_config
+from ..checkpoint import load_config, read_record
+from ..console import err
 from ..data import load_split
+from ..data.tasks import PRESETS
 from ..errors import GhostifyError
 from ..export.runtime import OnnxModel, onnx_path
 from ..flatten import flat_settings
 from ..heads import classifier_labels
-from ..settings import DataSettings, TaskSettings
+from ..settings import DEFAULT_DATASET, EVAL_BATCH_SIZE, DataSettings, TaskSettings
 from ..tasks import dataset_for
 from ..training.loop import multi_process_on_cpu
 from .common import check_max_length, check_positive, load_tokenizer
 from .training_common import task_kind
 
-BATCH_SIZE = 64  # evaluation keeps no gradients: larger batches than training's fit
+BATCH_SIZE = EVAL_BATCH_SIZE
 
 
 @flat_settings
@@ -42,14 +45,16 @@ def evaluate(
     from torch.utils.data import DataLoader
 
     check_positive(batch_size=batch_size)
-    kind = task_kind(data, task_settings)
-    dataset = dataset_for(kind.preset, data.dataset)
     graph = onnx_path(model)  # an export of `ghostify export --format onnx`: run in ONNX Runtime
     directory = graph.parent if graph is not None else model
+    if data.task is None and data.text_columns is None and not any(task_settings.columns().values()):
+        data = _task_from_history(model, directory, data)
+    kind = task_kind(data, task_settings)
+    dataset = dataset_for(kind.preset, data.dataset)
     check_max_length(data.max_length, directory)
     kind.for_model(load_config(directory))
     split = split or kind.preset.validation_split
-    rows = load_split(dataset, kind.preset, split, max_samples=data.max_samples)
+    rows = load_split(dataset, kind.preset, split, max_samples=data.max_samples, validation_file=data.validation_file)
     preset = kind.with_data(rows)
     rows.task = preset
     tokenizer = load_tokenizer(directory)
@@ -71,6 +76,35 @@ def evaluate(
         accelerator.end_training()
     samples = metrics.pop("samples", 0)
     return {"task": preset.name, "dataset": str(dataset), "split": split, "metrics": metrics, "samples": samples}
+
+
+#: the commands whose history entry names the task a checkpoint was trained or scored on
+_TASK_COMMANDS = ("finetune", "distill", "importance")
+
+
+def recorded_task(directory: str | os.PathLike) -> tuple[str, str] | None:
+    """(task, dataset) of the latest finetune, distill or importance step in the checkpoint's
+    history, when it names a task preset; None otherwise."""
+    record = read_record(load_config(directory))
+    for entry in reversed(record.history if record is not None else []):
+        arguments = entry.get("arguments") or {}
+        task = arguments.get("task")
+        if entry.get("command") in _TASK_COMMANDS and task in PRESETS:
+            return task, str(arguments.get("dataset") or DEFAULT_DATASET)
+    return None
+
+
+def _task_from_history(model: str | os.PathLike, directory: str | os.PathLike, data: DataSettings) -> DataSettings:
+    """``data`` with the task (and, unless given, the dataset) the checkpoint's history names,
+    said in one line; unchanged when the history names none (task_kind then asks for --task)."""
+    found = recorded_task(directory)
+    if found is None:
+        return data
+    task, dataset = found
+    keep = data.dataset != DEFAULT_DATASET
+    data = replace(data, task=task, dataset=data.dataset if keep else dataset)
+    err.print(f"eval: task {task} on {data.dataset}, from the history of {directory} (pass --task to choose another)")
+    return data
 
 
 def load_onnx_classifier(graph, preset) -> OnnxModel:

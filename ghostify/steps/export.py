@@ -15,13 +15,15 @@ from typing import Any
 
 import torch
 
-from ..checkpoint import load_config, load_model, read_record
+from ..card import CardFacts, check_card, model_size, read_training, write_card
+from ..checkpoint import load_config, load_model, model_record, read_record
 from ..errors import GhostifyError
 from ..export.hf import drop_auto_map, write_hf
 from ..export.onnx import example_batch, input_names, require_onnx, write_onnx
 from ..export.runtime import onnx_path
 from ..files import atomic_directory, check_output_dir, copy_tokenizer
-from ..pooling import Pooling, read_modules, sentence_transformers_source
+from ..hub import hub_target, push_folder
+from ..pooling import Pooling, export_layout_source, read_modules
 
 FORMATS = ("hf", "onnx")
 QUANTIZATIONS = ("int8",)
@@ -35,17 +37,25 @@ def export(
     *,
     format: str = "hf",
     quantize: str | None = None,
+    push_to_hub: str | None = None,
+    private: bool = False,
+    revision: str | None = None,
+    token: str | None = None,
     overwrite: bool = False,
 ) -> dict[str, Any]:
     """Write ``model`` so that it runs without ghostify, and check that it computes what ghostify
     computes: ``format="hf"`` loads with ``AutoModel...from_pretrained(output, trust_remote_code=True)``
     (checked in a fresh process where ghostify cannot be imported); ``format="onnx"`` runs in ONNX
     Runtime (checked on batches of other shapes), with ``quantize="int8"`` also a dynamically
-    quantised copy. Returns what was written and the largest differences measured.
+    quantised copy. Either writes a ``README.md`` model card. ``push_to_hub="org/name"`` then uploads
+    the finished directory as one commit (``private``: a new repository is private; ``revision``: a
+    branch; ``token``: default HF_TOKEN or the saved login), checked before the export starts.
+    Returns what was written, the largest differences measured and where it was pushed.
 
     Example:
         >>> export("runs/quick/06-final", "runs/quick/hf")                                  # doctest: +SKIP
         >>> export("runs/quick/06-final", "runs/quick/onnx", format="onnx", quantize="int8")  # doctest: +SKIP
+        >>> export("runs/quick/06-final", "runs/quick/hf", push_to_hub="my-org/minilm-ghost")  # doctest: +SKIP
     """
     if format not in FORMATS:
         raise GhostifyError(f"--format {format!r} is not one of {', '.join(FORMATS)}")
@@ -65,18 +75,25 @@ def export(
                             "a stock from_pretrained nor ONNX Runtime runs; export the model distilled without "
                             "--references")
     # the sentence-transformers model it came from is read too (its pooling, normalisation)
-    origin = sentence_transformers_source(Path(model), record)
+    origin = export_layout_source(Path(model), record)
     out = check_output_dir(output, overwrite=overwrite, inputs=(model, *([origin] if origin else [])))
     if origin is not None:  # its layout is checked before any work: paths inside it, the pooling ONNX computes
         read_modules(origin)
+    if push_to_hub is None and (private or revision is not None or token is not None):
+        raise GhostifyError("--private, --revision and --token go with --push-to-hub ORG/NAME; add it or drop them")
+    hub = hub_target(push_to_hub, private=private, revision=revision, token=token) if push_to_hub else None
     pooling = Pooling.read(origin) if origin is not None and format == "onnx" else None
     net = load_model(model)
     result: dict[str, Any] = {"model": str(model), "output": str(out), "format": format, "class": type(net).__name__}
+    facts = CardFacts(name=push_to_hub or out.name, config=net.config, record=model_record(net), size=model_size(net),
+                      training=read_training(Path(model)), output=format, pushed=push_to_hub is not None)
     with atomic_directory(out, overwrite=overwrite) as tmp:
         if format == "hf":
             written = write_hf(net, tmp, source=model, sentence_transformers=origin)
             result.update(stock=written.stock, auto_classes=written.classes,
                           sentence_transformers=written.sentence_transformers)
+            facts.code, facts.sentence_transformers = not written.stock, origin is not None
+            write_card(tmp, facts)  # before the check, which reads it back without ghostify
             result["max_difference"] = check_hf(net, tmp, written.auto_class, code=not written.stock)
             if result["max_difference"] > HF_TOLERANCE:
                 raise GhostifyError(f"the exported model differs from ghostify's by {result['max_difference']:.2e} "
@@ -87,8 +104,13 @@ def export(
             drop_auto_map(config)
             config.save_pretrained(tmp)  # labels and sizes, for `ghostify eval` and users
             copy_tokenizer(model, tmp)
+            facts.onnx_files, facts.onnx_inputs, facts.onnx_outputs = (tuple(written_onnx.files), tuple(written_onnx.inputs),
+                                                                       tuple(written_onnx.outputs))
+            check_card(write_card(tmp, facts))
             result.update(inputs=written_onnx.inputs, outputs=written_onnx.outputs, files=written_onnx.files,
                           max_difference=written_onnx.max_difference, int8_difference=written_onnx.int8_difference)
+    if hub is not None:  # the finished export, as one commit: the local directory stays complete either way
+        result["pushed"] = push_folder(out, hub, message=f"ghostify export --format {format} of {Path(str(model)).name}")
     return result
 
 
@@ -118,6 +140,10 @@ _CHECK = textwrap.dedent("""
                     worst = max(worst, float((g - e).abs().max()))
         return worst
 
+    from huggingface_hub import ModelCard  # the card parses as the hub reads it
+    card = ModelCard.load(directory + "/README.md").data.to_dict()
+    if not card.get("library_name") or "ghostify" not in (card.get("tags") or []):
+        raise SystemExit(f"README.md: the model card lacks its metadata: {card}")
     model = auto_class.from_pretrained(directory, trust_remote_code=trust).eval()
     worst = worst_difference(model)
     with tempfile.TemporaryDirectory() as again:  # what the loaded model saves loads the same way

@@ -7,7 +7,7 @@ import warnings
 from pathlib import Path
 
 from ..architectures import get_adapter
-from ..checkpoint import load_config, load_model, model_record, save_checkpoint
+from ..checkpoint import is_local, load_config, load_model, model_record, save_checkpoint
 from ..data import load_split
 from ..files import check_output_dir
 from ..flatten import flat_settings
@@ -42,7 +42,9 @@ def importance(
 ) -> ImportanceScores:
     """Score ``model`` on ``samples`` training examples and write it with the scores to ``output``.
     The loss is the task kind's (``ghostify.tasks``): a sequence, token or answer-span
-    cross-entropy, or the embeddings task's label-free one.
+    cross-entropy, or the embeddings task's label-free one. The output's weights file is a hard
+    link of the input's (a copy across devices) when the input is a local checkpoint that holds
+    exactly the weights ghostify would write: the scores add kilobytes, not the model's size.
 
     Example:
         >>> importance("models/bert-sst2", "out/scored", task="sst2", samples=1024)  # doctest: +SKIP
@@ -57,10 +59,12 @@ def importance(
     label_free = label_free or not kind.needs_labels
     data = load_split(dataset, kind.preset, SPLIT, max_samples=samples, seed=seed, require_labels=not label_free)
     preset = kind.with_data(data)
-    if kind.head_labels(load_config(model)) is None:
+    # label-free scores need no trained head: they measure how the model's own predictive
+    # distribution moves (with a fresh head, that of a random projection of the encoder's output)
+    if kind.head_labels(load_config(model)) is None and not label_free:
         warnings.warn(
             f"{model} has no trained {kind.noun} head: scores come from a randomly initialised one; "
-            "fine-tune on the task first for meaningful scores",
+            "fine-tune on the task first for meaningful scores, or score without labels (--label-free)",
             stacklevel=2,
         )
     tokenizer = load_tokenizer(model)
@@ -116,6 +120,7 @@ def importance(
         tokenizer_source=model,
         extra_files={SCORES_NAME: scores.save},
         overwrite=overwrite,
+        weights_from=model if is_local(model) else None,
     )
     return scores
 

@@ -10,6 +10,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from ..architectures import get_adapter
 from ..checkpoint import load_config, load_model, model_record
 from ..errors import GhostifyError
+from ..export.onnx import ONNX_NAME
+from ..export.runtime import onnx_path
 from ..flops import measure
 from ..methods.ghost import ghost_flops, ghost_params
 from ..methods.references import find_references
@@ -26,6 +28,7 @@ def info(model: str | os.PathLike, *, seq_len: int = 128) -> dict[str, Any]:
     Example:
         >>> info("out/pruned")["flops"]  # doctest: +SKIP
     """
+    _refuse_onnx(model)
     _check_seq_len(model, seq_len)
     net = load_model(model)
     record = model_record(net)
@@ -59,6 +62,18 @@ def report_size(model: str | os.PathLike, seq_len: int = 128) -> dict[str, Any]:
     """``info`` at ``seq_len`` tokens, or at all the model can read when that is fewer (a recipe's
     report and dry run must not fail on a model with a short position table)."""
     return info(model, seq_len=min(seq_len, max_tokens(load_config(model))))
+
+
+def _refuse_onnx(model: str | os.PathLike) -> None:
+    """An ONNX export holds a graph, not the weights info counts: say what it is and what reads it."""
+    graph = onnx_path(model)
+    if graph is None:
+        return
+    directory = graph.parent
+    graphs = ", ".join(sorted(p.name for p in directory.glob("*.onnx"))) if graph.name == ONNX_NAME else graph.name
+    raise GhostifyError(f"{model} is an ONNX export ({graphs}), which info cannot read: `ghostify eval {model} --task ...` "
+                        f"and `ghostify bench {model}` run on it; for its size and structure, run `ghostify info` on "
+                        "the checkpoint it was exported from")
 
 
 def _check_seq_len(model: str | os.PathLike, seq_len: int) -> None:

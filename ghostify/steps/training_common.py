@@ -20,7 +20,7 @@ from ..methods.ghost import freeze_except_ghosts
 from ..record import history_entry
 from ..settings import DataSettings, TaskSettings, check_train_mode
 from ..tasks import TaskKind, dataset_for, kind_for
-from ..training.loop import Evaluation
+from ..training.loop import Evaluation, process_count
 from .common import load_tokenizer
 
 PROJECTIONS_NAME = "distill_projections.safetensors"
@@ -70,7 +70,8 @@ def task_inputs(
     preset = kind.with_data(train)
     evaluation = None
     if evaluate:
-        evaluation = kind.evaluation(load_split(dataset, preset, preset.validation_split), tokenizer)
+        evaluation = kind.evaluation(load_split(dataset, preset, preset.validation_split,
+                                                validation_file=data.validation_file), tokenizer)
     rows, collate = kind.encode(train, tokenizer), kind.collator(tokenizer)
     if sop:
         rows = add_sop_inputs(rows, train, tokenizer, max_length=data.max_length, seed=seed)
@@ -98,7 +99,8 @@ def student_saver(student: nn.Module, command: str, arguments: dict[str, Any], t
 
     def save(student: nn.Module, directory: Path, extra: dict[str, torch.Tensor]) -> None:
         record = copy.deepcopy(before)
-        record.history.append(history_entry(command, arguments))
+        # how many processes trained: a launch that fell back to one is visible in the history
+        record.history.append({**history_entry(command, arguments), "processes": process_count()})
         files = {}
         if extra:
             from safetensors.torch import save_file

@@ -6,7 +6,10 @@
   epoch end, the best checkpoint so far, ``metrics.jsonl``); the finished run is moved into ``OUT``
   in one rename. ``resume=True`` continues an interrupted run from its last saved state and ends
   with the same weights as an uninterrupted run.
-- Only the main process writes; metrics are gathered across processes without duplicates.
+- Only the main process writes and talks (progress, warnings); metrics are gathered across processes
+  without duplicates. ``training.json`` records how many processes trained.
+- ``report_to`` also logs the losses and evaluations to Accelerate's experiment trackers, under
+  ``OUT/runs/`` (written in ``OUT.partial/runs/`` meanwhile).
 """
 
 from __future__ import annotations
@@ -16,23 +19,27 @@ import math
 import os
 import shutil
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.progress import Progress as Bar
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ..console import err
+from ..checkpoint import write_model_card
 from ..errors import GhostifyError
 from ..files import atomic_directory, remove_tree
 from ..methods.ghost import ghost_kernel_parameters
 from ..settings import TrainSettings
+from .baseline import ConstantBaseline
 from .metrics import compute_metrics
+from .progress import TrainingProgress
+
+#: where the experiment trackers' logs go inside the output (``--report-to``)
+TRACKER_DIR = "runs"
 
 
 @dataclass
@@ -63,6 +70,8 @@ class Evaluation:
     collate: Callable
     run: Callable[[nn.Module, Any, Any], dict[str, float]]
     select: str  # key of the metric that selects the best checkpoint (higher is better)
+    # the score of a constant prediction on the same rows, where the task has one (classification)
+    baseline: Callable[[], ConstantBaseline | None] | None = None
 
 
 @dataclass
@@ -73,6 +82,8 @@ class TrainResult:
     metrics: list[dict[str, Any]]
     wall_time: float
     learning_rates: dict[str, float] = field(default_factory=dict)  # peak rate per parameter group ("lr", "ghost_lr")
+    processes: int = 1  # that trained (data parallel)
+    constant_baseline: dict[str, Any] | None = None  # the best evaluation against a constant prediction
 
 
 class Objective(nn.Module):
@@ -92,6 +103,21 @@ def multi_process_on_cpu() -> bool:
     """Accelerate only sets up CPU data parallelism (gloo) when asked to use the CPU: do so when
     several processes were launched on a machine without CUDA."""
     return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
+
+
+def process_count() -> int:
+    """The processes training together (1 outside a multi-process launch)."""
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    return torch.distributed.get_world_size() if distributed else 1
+
+
+def _warn_if_launch_fell_back(processes: int) -> None:
+    """``accelerate launch --num_processes N`` without ``--multi_gpu`` (or a config saying so) runs
+    one process; its simple launcher sets a rendezvous address but no WORLD_SIZE."""
+    launched = "ACCELERATE_MIXED_PRECISION" in os.environ and "MASTER_ADDR" in os.environ
+    if processes == 1 and launched and "WORLD_SIZE" not in os.environ:
+        warnings.warn("accelerate launch asked for several processes but only this one runs: add --multi_gpu "
+                      "(on a machine without GPUs it runs them on the CPU)", stacklevel=3)
 
 
 def partial_dir(output: Path) -> Path:
@@ -152,8 +178,11 @@ def train(
     settings.validate()
     output = Path(output)
     work = partial_dir(output)
+    trackers = list(settings.report_to or ())
     accelerator = Accelerator(
         cpu=multi_process_on_cpu(),
+        log_with=trackers or None,
+        project_dir=str(work / TRACKER_DIR) if trackers else None,
         mixed_precision=settings.mixed_precision,
         gradient_accumulation_steps=settings.gradient_accumulation_steps,
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
@@ -164,6 +193,8 @@ def train(
     main = accelerator.is_main_process
     try:
         world = accelerator.num_processes
+        if main:
+            _warn_if_launch_fell_back(world)
         per_step = world * settings.gradient_accumulation_steps
         if settings.batch_size % per_step:
             raise GhostifyError(
@@ -195,7 +226,11 @@ def train(
         groups = parameter_groups(objective, params, settings)
         optimizer = torch.optim.AdamW(groups, lr=settings.learning_rate, weight_decay=settings.weight_decay)
         rates = {group["name"]: group.get("lr", settings.learning_rate) for group in groups}  # the peak rates
-        objective, optimizer, train_loader = accelerator.prepare(objective, optimizer, train_loader)
+        with warnings.catch_warnings():
+            # torch 2.13 deprecates broadcast_buffers for forward_sync_buffers, which still syncs at
+            # init; the old flag keeps exactly what is wanted here (see the handler above)
+            warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning)
+            objective, optimizer, train_loader = accelerator.prepare(objective, optimizer, train_loader)
         if eval_loader is not None:
             eval_loader = accelerator.prepare(eval_loader)
         steps_per_epoch = math.ceil(len(train_loader) / settings.gradient_accumulation_steps)
@@ -210,8 +245,10 @@ def train(
         metrics_file = work / "metrics.jsonl"
         if resuming and main and progress.logged is not None:
             _keep_lines(metrics_file, progress.logged)  # drop what was logged after the saved state
+        if trackers:
+            _start_trackers(accelerator, describe, settings, work / TRACKER_DIR, resumed_at=progress.step if resuming else None)
         started = time.perf_counter()
-        bar = _progress_bar(main, describe, total_steps, progress.step)
+        shown = TrainingProgress(describe, total_steps, progress.step, settings.batch_size, enabled=main)
 
         def log(record: dict[str, Any]) -> None:
             if main:
@@ -219,6 +256,8 @@ def train(
                     f.write(json.dumps(record) + "\n")
             if progress.logged is not None:
                 progress.logged += 1
+            if trackers:
+                accelerator.log(_tracker_values(record), step=record["step"])
 
         def save_state() -> None:
             _save_state(accelerator, work, progress)
@@ -230,6 +269,7 @@ def train(
             if progress.batch_in_epoch:
                 loader = accelerator.skip_first_batches(train_loader, progress.batch_in_epoch)
             objective.train()
+            micro: list[float] = []  # this process's losses of the current optimizer step (shown only)
             for batch in loader:
                 with accelerator.accumulate(objective):
                     loss, parts = objective(batch)
@@ -241,12 +281,13 @@ def train(
                     optimizer.zero_grad()
                 progress.batch_in_epoch += 1
                 running.append(float(loss.detach()))
+                micro.append(running[-1])
                 if not accelerator.sync_gradients:
                     continue
                 scheduler.step()
                 progress.step += 1
-                if bar is not None:
-                    bar[0].update(bar[1], completed=progress.step)
+                shown.step(progress.step, sum(micro) / len(micro), scheduler.get_last_lr()[0])
+                micro.clear()
                 if progress.step % settings.log_steps == 0:
                     mean = accelerator.gather(torch.tensor([sum(running) / len(running)], device=accelerator.device)).mean()
                     log({"step": progress.step, "epoch": epoch, "loss": float(mean),
@@ -260,19 +301,23 @@ def train(
             progress.batch_in_epoch = 0
             student = accelerator.unwrap_model(objective).student
             if evaluation is not None:
-                result = evaluation.run(student, eval_loader, accelerator)
+                result = evaluation.run(student, shown.evaluating(eval_loader), accelerator)
                 record = {"step": progress.step, "epoch": epoch + 1, "eval": result}
                 progress.history.append(record)
                 log(record)
                 value = result[evaluation.select]
-                if progress.best is None or value > progress.best:
+                improved = progress.best is None or value > progress.best
+                shown.evaluated(progress.step, result, evaluation.select, improved)
+                if improved:
                     progress.best, progress.best_step = value, progress.step
                     if main:
                         _replace_dir(work / "best", lambda d: save_student(student, d, _extra(objective, accelerator)))
             save_state()
-        if bar is not None:
-            bar[0].stop()
+        shown.close()
 
+        baseline = _against_baseline(evaluation, progress.best, settings) if main else None
+        if trackers:
+            _finish_trackers(accelerator)  # their files are closed before they move into the output
         accelerator.wait_for_everyone()
         if main:
             with atomic_directory(output, overwrite=overwrite or output.exists()) as tmp:
@@ -284,13 +329,17 @@ def train(
                     save_student(accelerator.unwrap_model(objective).student, tmp, _extra(objective, accelerator))
                 if metrics_file.exists():
                     shutil.copy2(metrics_file, tmp / "metrics.jsonl")
+                if (work / TRACKER_DIR).is_dir():
+                    shutil.copytree(work / TRACKER_DIR, tmp / TRACKER_DIR)
                 (tmp / "training.json").write_text(json.dumps(
                     {"steps": progress.step, "best": progress.best, "best_step": progress.best_step,
-                     "evaluations": progress.history, "learning_rates": rates, **fingerprint}, indent=2))
+                     "evaluations": progress.history, "learning_rates": rates, "processes": world,
+                     **({"constant_baseline": baseline} if baseline is not None else {}), **fingerprint}, indent=2))
+                write_model_card(tmp)  # the card again, now with training.json's evaluations
             remove_tree(work)
         accelerator.wait_for_everyone()
         return TrainResult(output, progress.step, progress.best, progress.history, time.perf_counter() - started,
-                           rates)
+                           rates, processes=world, constant_baseline=baseline)
     finally:
         accelerator.end_training()
 
@@ -299,14 +348,51 @@ def _extra(objective, accelerator) -> dict[str, torch.Tensor]:
     return accelerator.unwrap_model(objective).extra_state_to_save()
 
 
-def _progress_bar(main: bool, describe: str, total: int, done: int):
-    if not main:
+def _start_trackers(accelerator, describe: str, settings: TrainSettings, directory: Path, *,
+                    resumed_at: int | None) -> None:
+    """Start the ``report_to`` trackers, logging under ``directory`` (``OUT.partial/runs``). A resumed
+    run hides TensorBoard's events logged after the saved state: they are logged again."""
+    options: dict[str, dict[str, Any]] = {"wandb": {"dir": str(directory)}, "mlflow": {"logging_dir": str(directory)}}
+    if resumed_at is not None:
+        options["tensorboard"] = {"purge_step": resumed_at + 1}
+    if accelerator.is_main_process:
+        directory.mkdir(parents=True, exist_ok=True)
+    accelerator.init_trackers(describe, init_kwargs={k: v for k, v in options.items() if k in settings.report_to})
+    config = {k: (",".join(v) if isinstance(v, tuple) else v) for k, v in asdict(settings).items()}
+    for tracker in accelerator.trackers:
+        if tracker.name != "tensorboard":  # TensorBoard's hyperparameters make a directory per call
+            tracker.store_init_configuration(config)
+
+
+def _tracker_values(record: dict[str, Any]) -> dict[str, float]:
+    """A metrics.jsonl record as tracker scalars: ``train/loss``, ``train/lr``, ... and ``eval/accuracy``, ..."""
+    if "eval" in record:
+        return {f"eval/{k}": v for k, v in record["eval"].items() if isinstance(v, (int, float))}
+    return {f"train/{k}": v for k, v in record.items() if k not in ("step", "epoch") and isinstance(v, (int, float))}
+
+
+def _finish_trackers(accelerator) -> None:
+    for tracker in accelerator.trackers:
+        tracker.finish()
+    accelerator.trackers.clear()  # end_training would finish them again
+
+
+def _against_baseline(evaluation: Evaluation | None, best: float | None, settings: TrainSettings) -> dict[str, Any] | None:
+    """The best evaluation against a constant prediction (``training.json``'s ``constant_baseline``),
+    with one warning when it is no better: the model learned nothing worth building on."""
+    if evaluation is None or evaluation.baseline is None or best is None:
         return None
-    bar = Bar(TextColumn(f"[bold]{describe}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-              TimeRemainingColumn(), console=err, transient=True, disable=not err.is_terminal)
-    task = bar.add_task(describe, total=total, completed=done)
-    bar.start()
-    return bar, task
+    baseline = evaluation.baseline()
+    if baseline is None:
+        return None
+    compared = baseline.compare(best)
+    if not compared["beats"]:
+        warnings.warn(
+            f"the best {baseline.metric} {best:.4f} is no better than {baseline.what} ({baseline.value:.4f} on "
+            f"{baseline.samples} validation examples): the model learned nothing useful; try a larger "
+            f"--learning-rate (now {settings.learning_rate:g}) or more --epochs (now {settings.epochs})",
+            stacklevel=3)
+    return compared
 
 
 def _resume_decision(work: Path, output: Path, fingerprint: dict, *, resume: bool, overwrite: bool) -> bool:

@@ -4,7 +4,6 @@ from typing import Annotated
 
 import typer
 
-from ... import steps
 from ...methods.ghost import GhostSettings
 from ...methods.ghost.settings import CONV_HELP, INIT_HELP, POSITIONS
 from ..app import app
@@ -54,6 +53,8 @@ def attach_ghost(
     model computed: kernels peaked on the centre token, or a zero output scale (the outputs are
     unchanged until training moves it). Train the result next (`ghostify distill`, optionally `--train ghost-only`).
     """
+    from ... import steps  # torch and transformers: loaded when a command runs, not for --help
+
     record = steps.attach_ghost(
         model,
         output,

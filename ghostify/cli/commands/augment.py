@@ -6,7 +6,6 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from ... import steps
 from ...settings import DataSettings
 from ..app import app
 from ..console import err, progress
@@ -73,6 +72,8 @@ def augment(
     --batch-size; it only changes the float rounding of the MLM's scores (through padding), which
     could reorder two candidates that tie to the last bit.
     """
+    from ... import steps  # torch and transformers: loaded when a command runs, not for --help
+
     with progress("augmenting", max_samples) as bar:
         job = bar.add_task("augmenting", total=max_samples)
 

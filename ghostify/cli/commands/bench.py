@@ -5,7 +5,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ... import steps
 from ..app import app
 from ..console import out, print_json
 from ..options import Json
@@ -31,14 +30,21 @@ def bench(
     The models take turns within each round, so a busier moment of the machine hits them alike.
     Inputs are random token ids of --batch-size x --seq-len, the same for every model.
     """
+    from ... import steps  # torch and transformers: loaded when a command runs, not for --help
+
     rows = steps.bench(models, batch_size=batch_size, seq_len=seq_len, threads=threads, rounds=rounds, warmup=warmup)
     if json_output:
         print_json(rows)
         return
     table = Table(title=f"batch {batch_size}, sequence {seq_len}, {threads} thread(s), {rounds} rounds: milliseconds per forward pass")
-    for column in ("model", "runtime", "median", "p25-p75", "CPU", "speed-up"):
-        table.add_column(column, justify="left" if column in ("model", "runtime") else "right")
-    for row in rows:
-        table.add_row(row["model"], row["runtime"], f"{row['median_ms']:.2f}", f"{row['p25_ms']:.2f}-{row['p75_ms']:.2f}",
+    for column in ("#", "model", "runtime", "median", "p25-p75", "CPU", "speed-up"):
+        # names wrap rather than end in "…": the fp32 and int8 graphs of one export differ only at the end
+        table.add_column(column, justify="left" if column in ("model", "runtime") else "right",
+                         overflow="fold" if column == "model" else "ellipsis")
+    for i, row in enumerate(rows, 1):
+        table.add_row(str(i), row["name"], row["runtime"], f"{row['median_ms']:.2f}", f"{row['p25_ms']:.2f}-{row['p75_ms']:.2f}",
                       f"{row['cpu_median_ms']:.2f}", f"{row['speedup']:.2f}x")
     out.print(table)
+    if any(row["name"] != row["model"] for row in rows):
+        for i, row in enumerate(rows, 1):  # the full names, one a line (never cut)
+            out.print(f"{i}: {row['model']}", markup=False)

@@ -4,14 +4,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from ... import steps
-from ...checkpoint import load_config, read_record
 from ...settings import DataSettings, DistillWeights, StudentSettings, TaskSettings, TrainSettings
 from ..app import app
 from ..console import err
 from ..options import Output, Overwrite, Resume
 from ..settings_options import settings_options
-from ..summary import print_training
+from ..summary import print_trained, print_training
 
 
 @app.command(
@@ -52,12 +50,16 @@ def distill(
     sentence pairs or texts of two or more sentences. With `--logit-weight`
     the student is evaluated each epoch and the best kept; otherwise the last is written.
     """
+    from ... import steps  # torch and transformers: loaded when a command runs, not for --help
+
     result = steps.distill(teacher, student, output, data=data, task_settings=task_settings, losses=losses, references=references,
                            reference_delta=reference_delta, layer_map=layer_map, student_settings=student_settings,
                            training=training, resume=resume, overwrite=overwrite)
     print_training(result)
     if references:
+        from ...checkpoint import load_config, read_record
+
         store = read_record(load_config(output)).references
         err.print(f"references: {store['entries']} entries, {store['bytes'] / 2**20:.1f} MiB store, retrieval agreement "
                   f"with the teacher's choice {store['retrieval']['agreement']:.3f}")
-    err.print(f"wrote {output}")
+    print_trained(output)

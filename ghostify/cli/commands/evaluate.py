@@ -4,9 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ... import steps
-from ...settings import DataSettings, TaskSettings
-from ...steps.evaluate import BATCH_SIZE
+from ...settings import EVAL_BATCH_SIZE, DataSettings, TaskSettings
 from ..app import app
 from ..console import out, print_json
 from ..options import BatchSize, Json, Model
@@ -30,13 +28,15 @@ def evaluate(
     data: DataSettings,
     task_settings: TaskSettings,
     split: Annotated[Optional[str], typer.Option("--split", help="Split to evaluate (default: the task's validation split).", show_default=False)] = None,
-    batch_size: BatchSize = BATCH_SIZE,
+    batch_size: BatchSize = EVAL_BATCH_SIZE,
     json_output: Json = False,
 ) -> None:
     """Print a checkpoint's task metrics (accuracy; F1 and accuracy for MRPC/QQP; Matthews
     correlation for CoLA; Pearson and Spearman for STS-B; matched accuracy for MNLI; entity
     precision, recall, F1 and token accuracy for conll2003/wnut_17; exact match and F1 for
     squad/squad_v2; Spearman, recall@10 and MRR@10 of a sentence-transformers model for embeddings)."""
+    from ... import steps  # torch and transformers: loaded when a command runs, not for --help
+
     result = steps.evaluate(model, data=data, task_settings=task_settings, split=split, batch_size=batch_size)
     if json_output:
         print_json(result)

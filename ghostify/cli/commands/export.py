@@ -4,7 +4,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from ... import steps
 from ..app import app
 from ..console import err, print_json
 from ..options import Json, Model, Output, Overwrite
@@ -14,6 +13,7 @@ from ..options import Json, Model, Output, Overwrite
     epilog="**Examples**\n\n"
     "ghostify export runs/quick/06-final -o runs/quick/hf  (then AutoModelForSequenceClassification.from_pretrained(..., trust_remote_code=True))\n\n"
     "ghostify export runs/quick/06-final -o runs/quick/onnx --format onnx --quantize int8\n\n"
+    "ghostify export runs/quick/06-final -o runs/quick/hf --push-to-hub my-org/minilm-ghost --private\n\n"
     "ghostify eval runs/quick/onnx/model_int8.onnx --task sst2 --dataset ../shared/data/glue",
 )
 def export(
@@ -21,6 +21,10 @@ def export(
     output: Output,
     format: Annotated[str, typer.Option("--format", help="hf: a transformers directory that loads without ghostify (trust_remote_code=True); onnx: an ONNX graph for ONNX Runtime.")] = "hf",
     quantize: Annotated[Optional[str], typer.Option("--quantize", help="int8: also write model_int8.onnx, ONNX Runtime dynamic quantisation (with --format onnx).", show_default=False)] = None,
+    push_to_hub: Annotated[Optional[str], typer.Option("--push-to-hub", help="Then upload the export to this Hugging Face Hub repository (ORG/NAME), as one commit; the repository is created if it does not exist.", show_default=False)] = None,
+    private: Annotated[bool, typer.Option("--private", help="With --push-to-hub: create the repository private.")] = False,
+    revision: Annotated[Optional[str], typer.Option("--revision", help="With --push-to-hub: the branch to commit to (created from main if new).", show_default=False)] = None,
+    token: Annotated[Optional[str], typer.Option("--token", help="With --push-to-hub: a token with write access (default: HF_TOKEN, or the one `hf auth login` saved).", show_default=False)] = None,
     overwrite: Overwrite = False,
     json_output: Json = False,
 ) -> None:
@@ -35,8 +39,14 @@ def export(
 
     **onnx**: dynamic batch and sequence axes; checked against PyTorch on batches of other sizes,
     lengths and padding (fails above 1e-4). `--quantize int8` adds `model_int8.onnx`.
+
+    Either writes a `README.md` model card (history, sizes, metrics, how to load it).
+    `--push-to-hub ORG/NAME` then uploads the checked export (token and hub checked first).
     """
-    result = steps.export(model, output, format=format, quantize=quantize, overwrite=overwrite)
+    from ... import steps  # torch and transformers: loaded when a command runs, not for --help
+
+    result = steps.export(model, output, format=format, quantize=quantize, push_to_hub=push_to_hub, private=private,
+                          revision=revision, token=token, overwrite=overwrite)
     if json_output:
         print_json(result)
         return
@@ -52,3 +62,5 @@ def export(
         if result.get("int8_difference") is not None:
             err.print(f"int8: largest difference from fp32 PyTorch {result['int8_difference']:.1e} (quantisation error)")
     err.print(f"wrote {output}")
+    if result.get("pushed"):
+        err.print(f"pushed to {result['pushed']['url']} ({result['pushed']['revision']})")

@@ -4,7 +4,6 @@ from typing import Annotated
 
 import typer
 
-from ... import steps
 from ..app import app
 from ..console import err, human
 from ..options import Model, Output, Overwrite
@@ -29,6 +28,8 @@ def factorize_embeddings(
     error (Frobenius) says how much changed. A tied masked-LM decoder computes its logits from the
     same factors. Recover the rest with `ghostify distill` (teacher: the input model).
     """
+    from ... import steps  # torch and transformers: loaded when a command runs, not for --help
+
     record = steps.factorize_embeddings(model, output, rank=rank, overwrite=overwrite)
     e = record.embeddings or {}
     err.print(

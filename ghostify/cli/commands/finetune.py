@@ -4,13 +4,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from ... import steps
 from ...settings import DataSettings, FinetuneWeights, StudentSettings, TaskSettings, TrainSettings
 from ..app import app
 from ..console import err
 from ..options import Model, Output, Overwrite, Resume
 from ..settings_options import settings_options
-from ..summary import print_training
+from ..summary import print_trained, print_training
 
 
 @app.command(
@@ -41,7 +40,9 @@ def finetune(
     the best checkpoint. `--teacher` adds the teacher's soft targets at `--temperature`.
     Runs unchanged under `accelerate launch` (several processes or GPUs).
     """
+    from ... import steps  # torch and transformers: loaded when a command runs, not for --help
+
     result = steps.finetune(model, output, data=data, task_settings=task_settings, teacher=teacher, losses=losses, student_settings=student_settings,
                             training=training, resume=resume, overwrite=overwrite)
     print_training(result)
-    err.print(f"wrote {output}")
+    print_trained(output)

@@ -4,7 +4,6 @@ from typing import Annotated
 
 import typer
 
-from ... import steps
 from ...methods.grouped.settings import MODULES
 from ..app import app
 from ..console import err
@@ -36,6 +35,8 @@ def group_linear(
     is reordered at run time by an index gather. Distill or fine-tune the result next.
     Prune before grouping; attach-ghost after it.
     """
+    from ... import steps  # torch and transformers: loaded when a command runs, not for --help
+
     record = steps.group_linear(model, output, groups=groups, modules=modules, permute=permute, overwrite=overwrite)
     grouped = record.grouped or {}
     kept = f"{100 * grouped['kept_norm']:.1f}%"

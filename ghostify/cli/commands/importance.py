@@ -4,7 +4,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from ... import steps
 from ...settings import DataSettings, TaskSettings
 from ..app import app
 from ..console import err, progress
@@ -53,6 +52,8 @@ def importance(
     slice of the attention-output input and on each FFN neuron (one forward and one backward pass
     per batch). OUT holds the model and `importance.safetensors`, which `ghostify prune OUT` uses.
     """
+    from ... import steps  # torch and transformers: loaded when a command runs, not for --help
+
     with progress("scoring", samples) as bar:
         job = bar.add_task("scoring", total=samples)
         scores = steps.importance(

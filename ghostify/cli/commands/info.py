@@ -4,7 +4,6 @@ from typing import Annotated
 
 import typer
 
-from ... import steps
 from ..app import app
 from ..console import print_json
 from ..options import Json, Model
@@ -26,6 +25,8 @@ def info(
     FLOPs are counted on one forward pass at batch 1 (multiply-add = 2 FLOPs), excluding the
     embedding lookup, as in the GhostBERT paper.
     """
+    from ... import steps  # torch and transformers: loaded when a command runs, not for --help
+
     data = steps.info(model, seq_len=seq_len)
     if json_output:
         print_json(data)

@@ -4,7 +4,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from ... import steps
 from ...methods.pruning import ALLOCATIONS
 from ..app import app
 from ..console import err
@@ -37,6 +36,8 @@ def prune(
     (or weight magnitude, with a warning, when there are none). The result is a dense, smaller
     model that `ghostify.load_model` rebuilds exactly.
     """
+    from ... import steps  # torch and transformers: loaded when a command runs, not for --help
+
     record = steps.prune(
         model,
         output,

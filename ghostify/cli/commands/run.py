@@ -5,7 +5,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from ... import recipe as recipes
 from ..app import app
 from ..console import err, human, out, print_json
 from ..options import Json
@@ -35,12 +34,17 @@ def run(
     parameters, FLOPs, validation metrics and wall time per stage. Exit code 0: done; 2: invalid
     recipe or input; 1: a stage failed.
     """
+    from ... import recipe as recipes  # torch and transformers: loaded when a command runs, not for --help
+
     loaded = recipes.load(recipe, set_ or [])
+    left_out = [f"stage {label} left out (when: false)" for label in loaded.left_out]
     if dry_run:
         rows = recipes.dry_run(loaded, output)
         if json_output:
-            print_json({"recipe": str(recipe), "plan": rows})
+            print_json({"recipe": str(recipe), "plan": rows, "left_out": loaded.left_out})
             return
+        for line in left_out:
+            out.print(line)
         for row in rows:
             args = ", ".join(f"{k}={v}" for k, v in row["arguments"].items())
             out.print(f"{row['stage']:<24} {human(row['params']):>8} params {human(row['flops']):>8} FLOPs  {args}")
@@ -49,11 +53,15 @@ def run(
     def say(planned, status: str) -> None:
         err.print(f"[bold]{planned.label}[/bold]: {status}")
 
+    for line in left_out:
+        err.print(line)
+
     report = recipes.run(loaded, output, on_stage=say)
     if json_output:
         print_json(report)
     else:
         out.print(recipes.markdown([(str(output), report)]))
+    err.print(recipes.outputs_line(loaded, output), markup=False)
 
 
 @app.command(
@@ -69,6 +77,8 @@ def report(
     json_output: Json = False,
 ) -> None:
     """Compare runs: parameters, FLOPs, validation metrics and wall time per stage."""
+    from ... import recipe as recipes
+
     reports = [(str(r), recipes.read_report(r)) for r in runs]
     if plot is not None:
         recipes.plot(reports, plot, metric)

@@ -4,8 +4,7 @@ from typing import Annotated
 
 import typer
 
-from ... import steps
-from ...methods.sharing import INITS, describe_groups
+from ...methods.sharing import INITS
 from ..app import app
 from ..console import err, human
 from ..options import Model, Output, Overwrite
@@ -31,7 +30,11 @@ def share_layers(
     the group's layers. Share before prune and attach-ghost; recover with `ghostify distill`
     (teacher: the unshared model).
     """
+    from ... import steps  # torch and transformers: loaded when a command runs, not for --help
+
     record = steps.share_layers(model, output, groups=groups, init=init, overwrite=overwrite)
+    from ...methods.sharing import describe_groups
+
     s = record.sharing or {}
     err.print(
         f"shared: {describe_groups(s)}; parameters {human(s['params_before'])} -> {human(s['params_after'])} "

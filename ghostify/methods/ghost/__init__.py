@@ -15,29 +15,34 @@ Example:
 
 from __future__ import annotations
 
+from ...lazy import lazy_exports
 from ..base import Method
-from . import restore
-from .apply import (
-                    attach_ghosts,
-                    freeze_except_ghosts,
-                    ghost_flops,
-                    ghost_kernel_parameters,
-                    ghost_parameter_names,
-                    ghost_params,
-                    ghost_record,
-                    has_ghosts,
-)
-from .context import GhostContext
 from .describe import describe
-from .modules import GhostColumns, GhostConv, GhostLinear, GhostMapConv, GhostValue
-from .restore import check_ghost_record, restore_ghosts
 from .settings import CONVS, DEFAULT_POSITIONS, POSITIONS, GhostSettings
 
-METHOD = Method(
-    name="ghost", record_key="ghost", command="attach-ghost", noun="ghost modules",
-    restore=restore.restore,
-    describe=describe,
-    repeatable=False,
+
+def _method() -> Method:
+    from .restore import restore
+
+    return Method(
+        name="ghost", record_key="ghost", command="attach-ghost", noun="ghost modules",
+        restore=restore,
+        describe=describe,
+        repeatable=False,
+    )
+
+
+# the rest loads torch: imported on first use, so that the CLI reads .settings without it
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "apply": ("attach_ghosts", "freeze_except_ghosts", "ghost_flops", "ghost_kernel_parameters",
+                  "ghost_parameter_names", "ghost_params", "ghost_record", "has_ghosts"),
+        "context": ("GhostContext",),
+        "modules": ("GhostColumns", "GhostConv", "GhostLinear", "GhostMapConv", "GhostValue"),
+        "restore": ("check_ghost_record", "restore_ghosts"),
+    },
+    {"METHOD": _method},
 )
 
 __all__ = [

@@ -16,6 +16,13 @@ kernel for strided inputs. Instead the same tensor is viewed, without a copy, as
 In inference the ReLU and the residual sum are done in place in the convolution's output and the
 softmax of the kernels is cached; in training the convolution and ReLU are recomputed in backward
 (``torch.utils.checkpoint``), so a module keeps one activation for backward instead of two.
+
+In an ONNX export the depthwise module becomes one ``Conv`` node over the same channels-last view,
+between the two transposes of a (batch, channels, 1, seq) image, with the ReLU right after it:
+ONNX Runtime fuses the transposes into its blocked-layout (NCHWc) reorders and the ReLU into the
+convolution, so a module is five passes over (batch, seq, channels) (padding mask, reorder in,
+convolution, reorder out, residual add) instead of about twelve as k shifted multiply-adds
+(see ``benchmarks/bench_export.py``).
 """
 
 from __future__ import annotations
@@ -104,12 +111,19 @@ class GhostConv(nn.Module):
         w = self.kernel()
         pad = self.kernel_size // 2
         q, f = self.outputs, self.features
+        relu = self.relu
         if self.conv == "dwconv":
             # input channels ordered (channel, part), outputs (channel, output, feature): groups=C
             inp = x.reshape(batch, length, channels) if parts == 1 else x.transpose(2, 3).reshape(batch, length, channels * parts)
             weight = w.permute(3, 0, 1, 2, 4).reshape(channels * q * f, parts, self.kernel_size)
-            out = _conv_over_sequence(inp, weight, groups=channels, padding=pad)
-            out = out.reshape(batch, length, channels, q, f).permute(0, 1, 3, 4, 2)
+            if _onnx_conv():
+                out, relu = _onnx_depthwise(inp, weight, groups=channels, padding=pad, relu=relu), False
+            else:
+                out = _conv_over_sequence(inp, weight, groups=channels, padding=pad)
+            if q * f == 1:  # (batch, seq, C) is already (batch, seq, 1, C): no transpose, no squeeze
+                out = out.reshape(batch, length, 1, channels)
+            else:
+                out = out.reshape(batch, length, channels, q, f).permute(0, 1, 3, 4, 2)
         elif self.conv == "conv1d-seq":
             inp = x.reshape(batch, length, parts * channels)
             weight = w.permute(0, 1, 3, 2, 4, 5).reshape(q * f * channels, parts * channels, self.kernel_size)
@@ -122,10 +136,11 @@ class GhostConv(nn.Module):
             inp = x.permute(0, 2, 1, 3)
             out = F.conv2d(inp, w.reshape(q * f, parts, self.kernel_size, self.kernel_size), padding=pad)
             out = out.reshape(batch, q, f, length, channels).permute(0, 3, 1, 2, 4)
-        # out: (batch, seq, outputs, features, channels); the conv output is fresh, so in place is safe
-        if self.relu:
+        # out: (batch, seq, outputs, [features,] channels); the conv output is fresh, so in place is safe
+        if relu:
             out = out.relu_()
-        out = out.sum(3) if f > 1 else out.squeeze(3)
+        if out.dim() == 5:
+            out = out.sum(3) if f > 1 else out.squeeze(3)
         return out * self.scale if self.scale is not None else out
 
     def extra_repr(self) -> str:
@@ -167,10 +182,37 @@ def _conv_over_sequence(x: torch.Tensor, weight: torch.Tensor, *, groups: int, p
     return out.squeeze(2).transpose(1, 2)
 
 
+#: how an ONNX export writes the depthwise ghost convolution: "conv" (one ``Conv`` node, see
+#: :func:`_onnx_depthwise`) or "shifted" (k shifted multiply-adds, :func:`_shifted_sum`: the export
+#: of ghostify <= 0.22, kept reachable for ``benchmarks/bench_export.py --ghost-op``'s comparison)
+ONNX_DEPTHWISE = "conv"
+
+
+def _onnx_conv() -> bool:
+    """Whether this forward pass is an ONNX export that takes the ``Conv`` form (other traces, such
+    as ``torch.compile``, fuse the shifted multiply-adds themselves)."""
+    return ONNX_DEPTHWISE == "conv" and torch.onnx.is_in_onnx_export()
+
+
+def _onnx_depthwise(x: torch.Tensor, weight: torch.Tensor, *, groups: int, padding: int, relu: bool) -> torch.Tensor:
+    """The depthwise convolution of :func:`_conv_over_sequence`, followed by the ReLU, as an ONNX
+    export writes it: (batch, seq, C_in) -> (batch, seq, C_out) through one grouped ``Conv``
+    on the (batch, C_in, 1, seq) image. The two transposes are exactly the NHWC <-> NCHW pair that
+    ONNX Runtime's NCHWc transformer folds into its layout reorders, and the ReLU must follow the
+    ``Conv`` directly for ONNX Runtime to fuse it; so nothing may stand between them."""
+    batch, length, channels = x.shape
+    image = x.reshape(batch, 1, length, channels).permute(0, 3, 1, 2)  # a Reshape into the Mul's output: no copy
+    out = F.conv2d(image, weight.unsqueeze(2), padding=(0, padding), groups=groups)
+    if relu:
+        out = out.relu()
+    return out.permute(0, 2, 3, 1).reshape(batch, length, weight.shape[0])
+
+
 def _shifted_sum(x: torch.Tensor, weight: torch.Tensor, padding: int) -> torch.Tensor:
     """The depthwise convolution of :func:`_conv_over_sequence` (one input channel per group) as k
-    shifted multiply-adds in (batch, seq, channels): what a traced graph gets, since ONNX Runtime
-    runs a grouped ``Conv`` between two transposes several times slower than these element-wise ops.
+    shifted multiply-adds in (batch, seq, channels): what a traced graph other than an ONNX export
+    gets (``torch.compile`` fuses them into one kernel), and an ONNX export with ``ONNX_DEPTHWISE =
+    "shifted"``. ONNX Runtime runs each as its own pass over memory.
     Output channel ``c * m + o`` is channel ``c``'s ``o``-th output, as in the grouped convolution."""
     batch, length, channels = x.shape
     kernel = weight.shape[-1]

@@ -19,20 +19,33 @@ share one input order and one gather).
 
 from __future__ import annotations
 
+from ...lazy import lazy_exports
 from ..base import Method
-from . import restore
-from .apply import group_linear, grouped_record
 from .describe import describe
-from .modules import GroupedLinear
-from .restore import restore_grouped
 from .settings import MODULES, check_groups, module_widths, parse_modules
 
-METHOD = Method(
-    name="grouped", record_key="grouped", command="group-linear", noun="grouped layers",
-    restore=restore.restore,
-    describe=describe,
-    before=("ghost",),  # ghost projections wrap plain linear layers
-    repeatable=False,
+
+def _method() -> Method:
+    from .restore import restore
+
+    return Method(
+        name="grouped", record_key="grouped", command="group-linear", noun="grouped layers",
+        restore=restore,
+        describe=describe,
+        before=("ghost",),  # ghost projections wrap plain linear layers
+        repeatable=False,
+    )
+
+
+# the rest loads torch: imported on first use, so that the CLI reads .settings without it
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "apply": ("group_linear", "grouped_record"),
+        "modules": ("GroupedLinear",),
+        "restore": ("restore_grouped",),
+    },
+    {"METHOD": _method},
 )
 
 __all__ = [

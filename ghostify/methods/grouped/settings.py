@@ -6,7 +6,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ...architectures import get_adapter
 from ...errors import GhostifyError
 
 GROUPED_RECORD_FORMAT = 1
@@ -58,6 +57,8 @@ def check_groups(groups: int, dims: dict[str, set[int]]) -> None:
 def module_widths(config, record: Any, modules: Sequence[str]) -> dict[str, set[int]]:
     """The input and output widths of the chosen projections in every layer, from the config and
     the record alone (for checking --groups before loading weights)."""
+    from ...architectures import get_adapter  # loads torch: the CLI reads MODULES at start-up without it
+
     adapter = get_adapter(config)
     paths = adapter.paths(config)
     hidden, head_size, unit_width = adapter.hidden_size(config), adapter.head_size(config), adapter.unit_width(config)

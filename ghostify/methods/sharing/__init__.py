@@ -15,19 +15,32 @@ config's group count, so only equal groups are possible.
 
 from __future__ import annotations
 
+from ...lazy import lazy_exports
 from ..base import Method
-from . import restore
-from .apply import check_shareable, share
-from .describe import describe, describe_groups
-from .restore import restore_sharing
+from .describe import describe
 from .settings import INITS, distinct_layers, plan_groups
 
-METHOD = Method(
-    name="sharing", record_key="sharing", command="share-layers", noun="shared layers",
-    restore=restore.restore,
-    describe=describe,
-    # averaging layers needs them unchanged otherwise: ghosts, grouping and references add modules
-    before=("ghost", "grouped", "references"),
+
+def _method() -> Method:
+    from .restore import restore
+
+    return Method(
+        name="sharing", record_key="sharing", command="share-layers", noun="shared layers",
+        restore=restore,
+        describe=describe,
+        # averaging layers needs them unchanged otherwise: ghosts, grouping and references add modules
+        before=("ghost", "grouped", "references"),
+    )
+
+
+# the rest loads torch: imported on first use, so that the CLI reads .settings without it
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "apply": ("check_shareable", "share", "describe_groups"),
+        "restore": ("restore_sharing",),
+    },
+    {"METHOD": _method},
 )
 
 __all__ = [

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ...architectures import ArchitectureAdapter
 from ...errors import GhostifyError
+
+if TYPE_CHECKING:  # the CLI reads INITS at start-up, without torch
+    from ...architectures import ArchitectureAdapter
 
 INITS = ("mean", "first")
 

@@ -1,0 +1,354 @@
+"""The ``README.md`` of every checkpoint and export: a Hugging Face model card.
+
+YAML front matter (``base_model``, ``library_name``, ``tags``, ``pipeline_tag``, ``datasets`` and
+``model-index`` with the metrics measured during training) that the hub and ``huggingface_hub``
+read, then what a person wants to know: how the model was compressed (its record's history), its
+size, how it scored, and how to load it. Everything comes from the record, the config, the sizes
+measured on the model and ``training.json``; nothing is typed in by hand, so the card cannot
+drift from the checkpoint it describes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from .architectures import usable_positions
+from .errors import GhostifyError
+from .files import write_text_atomically
+from .flops import measure
+from .heads import architectures
+from .record import GhostifyRecord
+from .units import human
+
+CARD_NAME = "README.md"
+TRAINING_NAME = "training.json"
+#: FLOPs are counted at this many tokens, or all the model reads when that is fewer
+CARD_SEQ_LEN = 128
+
+#: the pipeline a head serves, by the suffix of its transformers class
+PIPELINES = (("ForSequenceClassification", "text-classification"), ("ForTokenClassification", "token-classification"),
+             ("ForQuestionAnswering", "question-answering"), ("ForMaskedLM", "fill-mask"))
+#: the Auto class that loads each head (the bare encoder: AutoModel)
+AUTO_NAMES = {"ForSequenceClassification": "AutoModelForSequenceClassification",
+              "ForTokenClassification": "AutoModelForTokenClassification",
+              "ForQuestionAnswering": "AutoModelForQuestionAnswering", "ForMaskedLM": "AutoModelForMaskedLM"}
+#: the tag of each structural method's record field when present
+METHOD_TAGS = {"ghost": "ghost", "grouped": "grouped-linear", "embeddings": "factorized-embeddings",
+               "sharing": "shared-layers", "references": "refbert"}
+#: the tag of each command in the history
+COMMAND_TAGS = {"prune": "pruned", "distill": "distillation"}
+#: history arguments not worth a card line (the input is named separately; hashes and times are noise)
+QUIET_ARGUMENTS = {"model", "student", "sha256"}
+#: history arguments that name a model or data set (a local one is shown by its name, never its path)
+PATH_ARGUMENTS = {"model", "student", "teacher", "importance", "dataset", "mlm", "label_with"}
+#: the temporary sibling that ``files.atomic_directory`` writes into: ``.NAME.tmp-XXXXXXXX``
+_TEMPORARY = re.compile(r"^\.(.+)\.tmp-[^.]+$")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+@dataclass
+class CardFacts:
+    """What a card says, gathered by whoever writes the model (checkpoint, hf or ONNX export)."""
+
+    name: str  # how the snippets name the model: the directory's name, or the hub repository
+    config: Any  # the model's transformers config (its head, family)
+    record: GhostifyRecord
+    size: dict[str, int] | None = None  # params, encoder_params, embedding_params, flops, seq_len
+    training: dict[str, Any] | None = None  # training.json of the checkpoint (or of the one exported)
+    output: str = "checkpoint"  # checkpoint, hf or onnx
+    code: bool = False  # hf export: loads through modeling_ghostify (trust_remote_code)
+    sentence_transformers: bool = False  # the directory has a sentence-transformers layout
+    onnx_files: tuple[str, ...] = ()
+    onnx_inputs: tuple[str, ...] = ()
+    onnx_outputs: tuple[str, ...] = ()
+    pushed: bool = False  # ``name`` is the hub repository it is pushed to
+
+
+# ----------------------------------------------------------------------------------------------
+# the facts
+# ----------------------------------------------------------------------------------------------
+def model_size(model: nn.Module) -> dict[str, int]:
+    """Parameters and FLOPs (batch 1, ``CARD_SEQ_LEN`` tokens or fewer) of ``model``, as in ``ghostify info``."""
+    seq_len = min(CARD_SEQ_LEN, usable_positions(model.config))
+    return {**measure(model, seq_len=seq_len).as_dict(), "seq_len": seq_len}
+
+
+def read_training(directory: Path) -> dict[str, Any] | None:
+    """``training.json`` of a trained checkpoint (its evaluations), or None."""
+    path = directory / TRAINING_NAME
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None  # a damaged training.json costs the card its metrics, not the command
+    return data if isinstance(data, dict) else None
+
+
+def display_name(directory: Path) -> str:
+    """The name a directory will have: an atomic write's temporary sibling is renamed to it."""
+    match = _TEMPORARY.match(directory.name)
+    return match.group(1) if match else directory.name
+
+
+def hub_id(value: Any, kind: str = "models") -> str | None:
+    """``value`` as a hub id: itself when it is one, the repository of a hub cache snapshot path
+    (``.../models--org--name/snapshots/<rev>``); None for any other local path."""
+    if not isinstance(value, str) or not value:
+        return None
+    for part in Path(value).parts:
+        if part.startswith(f"{kind}--"):
+            return "/".join(part.split("--")[1:])
+    if value.startswith((".", "/", "~")) or not _HUB_ID.match(value):  # the pattern allows one "/"
+        return None
+    return value
+
+
+def _first_model(record: GhostifyRecord) -> str | None:
+    for entry in record.history:
+        arguments = (entry.get("arguments") or {}) if isinstance(entry, dict) else {}
+        for key in ("model", "student"):
+            if arguments.get(key):
+                return str(arguments[key])
+    return None
+
+
+def _shown(key: str, value: Any) -> str:
+    """A history argument for people: a local path by its name (a card may be published)."""
+    if key in PATH_ARGUMENTS and isinstance(value, str):
+        return hub_id(value) or hub_id(value, "datasets") or Path(value).name or value
+    text = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def head_suffix(config: Any) -> str | None:
+    return next((suffix for suffix, _ in PIPELINES if any(a.endswith(suffix) for a in architectures(config))), None)
+
+
+def pipeline_tag(facts: CardFacts) -> str:
+    suffix = head_suffix(facts.config)
+    if suffix is not None:
+        return dict(PIPELINES)[suffix]
+    return "sentence-similarity" if facts.sentence_transformers else "feature-extraction"
+
+
+def tags(facts: CardFacts) -> list[str]:
+    found = ["ghostify"]
+    commands = {str(e.get("command")) for e in facts.record.history if isinstance(e, dict)}
+    found += [tag for command, tag in COMMAND_TAGS.items() if command in commands]
+    found += [tag for key, tag in METHOD_TAGS.items() if getattr(facts.record, key, None)]
+    if facts.sentence_transformers:
+        found.append("sentence-transformers")
+    if facts.output == "onnx":
+        found.append("onnx")
+    if any("int8" in f for f in facts.onnx_files):
+        found.append("int8")
+    return found
+
+
+def datasets(record: GhostifyRecord) -> list[str]:
+    found: list[str] = []
+    for entry in record.history:
+        value = ((entry.get("arguments") or {}) if isinstance(entry, dict) else {}).get("dataset")
+        name = hub_id(value, "datasets")
+        if name and name not in found:
+            found.append(name)
+    return found
+
+
+def best_evaluation(training: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The evaluation of the saved model: the best one when training kept the best, else the last."""
+    evaluations = [e for e in (training or {}).get("evaluations") or [] if isinstance(e, dict)]
+    if not evaluations:
+        return None
+    best = training.get("best_step")
+    return next((e for e in evaluations if e.get("step") == best), evaluations[-1])
+
+
+def metrics(training: dict[str, Any] | None) -> dict[str, float]:
+    """The scores of the saved model's evaluation (not its example count)."""
+    evaluation = best_evaluation(training) or {}
+    values = evaluation.get("eval") or {}
+    return {str(k): float(v) for k, v in values.items() if k != "samples"
+            and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def _training_run(record: GhostifyRecord) -> dict[str, Any]:
+    """The arguments of the last training step of the history (its task and dataset)."""
+    for entry in reversed(record.history):
+        if isinstance(entry, dict) and entry.get("command") in ("finetune", "distill"):
+            return entry.get("arguments") or {}
+    return {}
+
+
+def card_data(facts: CardFacts):
+    """The front matter as ``huggingface_hub.ModelCardData``."""
+    from huggingface_hub import EvalResult, ModelCardData  # deferred: transformers brings it, slowly
+
+    base = _first_model(facts.record)
+    library = ("onnx" if facts.output == "onnx" else
+               "sentence-transformers" if facts.sentence_transformers else "transformers")
+    scores = metrics(facts.training)
+    run = _training_run(facts.record)
+    dataset = _shown("dataset", run["dataset"]) if run.get("dataset") else "unknown"
+    task = str(run.get("task") or "validation")
+    results = [EvalResult(task_type=pipeline_tag(facts), dataset_type=dataset, dataset_name=task, metric_type=name,
+                          metric_value=value) for name, value in scores.items()]
+    return ModelCardData(
+        base_model=hub_id(base) if base else None,
+        library_name=library,
+        tags=tags(facts),
+        pipeline_tag=pipeline_tag(facts),
+        datasets=datasets(facts.record) or None,
+        eval_results=results or None,
+        model_name=facts.name if results else None,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# the text
+# ----------------------------------------------------------------------------------------------
+def render(facts: CardFacts) -> str:
+    data = card_data(facts)
+    sections = [_title(facts), _history(facts), _size(facts), _evaluation(facts), _usage(facts)]
+    return f"---\n{data.to_yaml()}\n---\n\n" + "\n\n".join(s for s in sections if s) + "\n"
+
+
+def _title(facts: CardFacts) -> str:
+    base = _first_model(facts.record)
+    origin = f" from `{_shown('model', base)}`" if base else ""
+    what = {"checkpoint": "a ghostify checkpoint", "hf": "a Transformers export", "onnx": "an ONNX export"}[facts.output]
+    return (f"# {facts.name}\n\nA compressed `{facts.config.model_type}` model ({pipeline_tag(facts)}), made with "
+            f"ghostify{origin}: {what}.")
+
+
+def _history(facts: CardFacts) -> str:
+    lines = []
+    for step, entry in enumerate(facts.record.history, 1):
+        if not isinstance(entry, dict):
+            continue
+        arguments = entry.get("arguments") or {}
+        source = next((arguments[k] for k in ("model", "student") if arguments.get(k)), None)
+        of = f" of `{_shown('model', source)}`" if source else ""
+        shown = ", ".join(f"{k}={_shown(k, v)}" for k, v in arguments.items()
+                          if k not in QUIET_ARGUMENTS and v not in (None, False, "", [], {}))
+        lines.append(f"{step}. `ghostify {entry.get('command')}`{of}" + (f": {shown}" if shown else ""))
+    return "## Compression history\n\n" + ("\n".join(lines) if lines else "No ghostify step changed this model.")
+
+
+def _size(facts: CardFacts) -> str:
+    record = facts.record
+    rows = []
+    if facts.size:
+        size = facts.size
+        rows += [("parameters", f"{human(size['params'])} ({human(size['encoder_params'])} in the encoder layers, "
+                                f"{human(size['embedding_params'])} in the embeddings)"),
+                 (f"FLOPs (1 sequence of {size['seq_len']} tokens)", human(size["flops"]))]
+    rows += [("attention heads per layer", ", ".join(map(str, record.heads_per_layer))),
+             ("FFN width per layer", ", ".join(map(str, record.ffn)))]
+    if record.ghost:
+        settings = record.ghost.get("settings") or {}
+        shown = ", ".join(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in settings.items())
+        rows.append(("ghost modules", f"{shown}; {human(record.ghost.get('params') or 0)} parameters"))
+    table = "\n".join(f"| {what} | {value} |" for what, value in rows)
+    return f"## Size\n\n| | |\n|---|---|\n{table}"
+
+
+def _evaluation(facts: CardFacts) -> str:
+    scores = metrics(facts.training)
+    if not scores:
+        return ""
+    evaluation = best_evaluation(facts.training) or {}
+    samples = (evaluation.get("eval") or {}).get("samples")
+    run = _training_run(facts.record)
+    where = "the validation split" + (f" of `{_shown('dataset', run['dataset'])}`" if run.get("dataset") else "")
+    where += f" ({samples} examples)" if isinstance(samples, int) else ""
+    task = f" (task {run['task']})" if run.get("task") else ""
+    note = " The ONNX graphs were checked against that PyTorch model; int8 adds its quantisation error." \
+        if facts.output == "onnx" else ""
+    table = "\n".join(f"| {name} | {value:.4f} |" for name, value in scores.items())
+    return (f"## Evaluation\n\nMeasured by ghostify during training on {where}{task}, at step "
+            f"{evaluation.get('step')}.{note}\n\n| metric | value |\n|---|---|\n{table}")
+
+
+def _usage(facts: CardFacts) -> str:
+    name = facts.name
+    auto = AUTO_NAMES.get(head_suffix(facts.config) or "", "AutoModel")
+    if facts.output == "checkpoint":
+        return ("## Usage\n\nWith ghostify (`pip install ghostify`), which rebuilds the recorded structure before "
+                f"loading the weights strictly:\n\n```python\nimport ghostify\nfrom transformers import AutoTokenizer\n\n"
+                f'model = ghostify.load_model("{name}")\ntokenizer = AutoTokenizer.from_pretrained("{name}")\n```\n\n'
+                f"Without ghostify: `ghostify export {name} -o {name}-hf` writes a copy that loads with "
+                f"`{auto}.from_pretrained(..., trust_remote_code=True)`, and `--format onnx` one for ONNX Runtime.")
+    if facts.output == "onnx":
+        return _onnx_usage(facts)
+    trust = ", trust_remote_code=True" if facts.code else ""
+    why = ("`trust_remote_code=True` runs the structure code shipped beside the weights (`modeling_ghostify.py` and "
+           "the `ghostify_*.py` files it imports; they need torch and transformers only, not ghostify)."
+           if facts.code else "A stock checkpoint: transformers' own classes load it, no custom code.")
+    text = (f"## Usage\n\nWithout ghostify, with Transformers:\n\n```python\n"
+            f"from transformers import {auto}, AutoTokenizer\n\n"
+            f'model = {auto}.from_pretrained("{name}"{trust})\n'
+            f'tokenizer = AutoTokenizer.from_pretrained("{name}")\n```\n\n{why}')
+    if facts.sentence_transformers:
+        text += (f"\n\nWith sentence-transformers (pooling and normalisation as the original model):\n\n```python\n"
+                 f"from sentence_transformers import SentenceTransformer\n\n"
+                 f'model = SentenceTransformer("{name}"{trust})\n'
+                 'embeddings = model.encode(["A sentence to embed."])\n```')
+    return text
+
+
+def _onnx_usage(facts: CardFacts) -> str:
+    name = facts.name
+    feeds = ", ".join(f'"{i}": batch["{i}"]' for i in facts.onnx_inputs)
+    files = "\n".join(f"- `{f}`" + (" (int8 weights, ONNX Runtime dynamic quantisation)" if "int8" in f else " (fp32)")
+                      for f in facts.onnx_files)
+    outputs = ", ".join(f"`{o}`" for o in facts.onnx_outputs)
+    graph = facts.onnx_files[0] if facts.onnx_files else "model.onnx"
+    fetch, path = (("from huggingface_hub import hf_hub_download\n", f'hf_hub_download("{name}", "{graph}")')
+                   if facts.pushed else ("", f'"{name}/{graph}"'))
+    local = "" if facts.pushed else (f"\n\nWith ghostify: `ghostify eval {name}/{graph} --task ...` and "
+                                     f"`ghostify bench {name}/{graph}` run the graph.")
+    return (f"## Usage\n\nWith ONNX Runtime (dynamic batch and sequence axes; outputs {outputs}):\n\n{files}\n\n"
+            f"```python\nimport onnxruntime\n{fetch}from transformers import AutoTokenizer\n\n"
+            f'tokenizer = AutoTokenizer.from_pretrained("{name}")\n'
+            f"session = onnxruntime.InferenceSession({path})\n"
+            f'batch = tokenizer(["A sentence."], return_tensors="np")\n'
+            f"outputs = session.run(None, {{{feeds}}})\n```{local}")
+
+
+# ----------------------------------------------------------------------------------------------
+# writing and reading back
+# ----------------------------------------------------------------------------------------------
+def write_card(directory: Path, facts: CardFacts) -> Path:
+    """Write ``directory/README.md`` in one rename (a hard-linked copy elsewhere keeps its own)."""
+    path = directory / CARD_NAME
+    write_text_atomically(path, render(facts))
+    return path
+
+
+def check_card(path: Path) -> dict[str, Any]:
+    """Parse ``path`` as ``huggingface_hub`` does and return its metadata; a card it cannot read
+    is ghostify's fault, said in one line."""
+    from huggingface_hub import ModelCard  # deferred
+
+    try:
+        card = ModelCard.load(path)
+        data = card.data.to_dict()
+    except Exception as exc:  # huggingface_hub's parsing errors share no class
+        raise GhostifyError(f"the model card {path} that ghostify wrote does not parse ({type(exc).__name__}: "
+                            f"{str(exc).strip()[:200]}); please report this model") from exc
+    if not data.get("library_name") or "ghostify" not in (data.get("tags") or []):
+        raise GhostifyError(f"the model card {path} lacks its metadata; please report this model")
+    return data
+
+
+def checkpoint_facts(model: nn.Module, directory: Path, record: GhostifyRecord) -> CardFacts:
+    """The facts of a ghostify checkpoint in ``directory`` (``model``: loaded back from it)."""
+    return CardFacts(name=display_name(directory), config=model.config, record=record, size=model_size(model),
+                     training=read_training(directory))
