@@ -24,7 +24,7 @@ from .errors import GhostifyError
 from .files import write_text_atomically
 from .flops import measure
 from .heads import architectures
-from .record import GhostifyRecord
+from .record import PATH_ARGUMENTS, GhostifyRecord  # a local one is shown by its name, never its path
 from .units import human
 
 CARD_NAME = "README.md"
@@ -46,8 +46,6 @@ METHOD_TAGS = {"ghost": "ghost", "grouped": "grouped-linear", "embeddings": "fac
 COMMAND_TAGS = {"prune": "pruned", "distill": "distillation"}
 #: history arguments not worth a card line (the input is named separately; hashes and times are noise)
 QUIET_ARGUMENTS = {"model", "student", "sha256"}
-#: history arguments that name a model or data set (a local one is shown by its name, never its path)
-PATH_ARGUMENTS = {"model", "student", "teacher", "importance", "dataset", "mlm", "label_with"}
 #: the temporary sibling that ``files.atomic_directory`` writes into: ``.NAME.tmp-XXXXXXXX``
 _TEMPORARY = re.compile(r"^\.(.+)\.tmp-[^.]+$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
