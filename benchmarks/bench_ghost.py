@@ -41,7 +41,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from ghostify.architectures import get_adapter
 from ghostify.flops import count_flops
 from ghostify.methods.ghost import GhostSettings, attach_ghosts, ghost_flops, ghost_params
-from ghostify.methods.ghost import modules as ghost_modules
+from ghostify.methods.ghost import convs as ghost_convs
 from ghostify.methods.pruning import magnitude_importance
 from ghostify.methods.pruning.apply import dense_record, prune
 
@@ -53,12 +53,12 @@ def naive_conv_over_sequence(x: torch.Tensor, weight: torch.Tensor, *, groups: i
 
 @contextlib.contextmanager
 def naive_layout():
-    fused = ghost_modules._conv_over_sequence
-    ghost_modules._conv_over_sequence = naive_conv_over_sequence
+    fused = ghost_convs._conv_over_sequence
+    ghost_convs._conv_over_sequence = naive_conv_over_sequence
     try:
         yield
     finally:
-        ghost_modules._conv_over_sequence = fused
+        ghost_convs._conv_over_sequence = fused
 
 
 class PeakMemory(TorchDispatchMode):

@@ -24,6 +24,7 @@ from .errors import GhostifyError
 from .files import write_text_atomically
 from .flops import measure
 from .heads import architectures
+from .methods import methods
 from .record import PATH_ARGUMENTS, GhostifyRecord  # a local one is shown by its name, never its path
 from .units import human
 
@@ -39,9 +40,6 @@ PIPELINES = (("ForSequenceClassification", "text-classification"), ("ForTokenCla
 AUTO_NAMES = {"ForSequenceClassification": "AutoModelForSequenceClassification",
               "ForTokenClassification": "AutoModelForTokenClassification",
               "ForQuestionAnswering": "AutoModelForQuestionAnswering", "ForMaskedLM": "AutoModelForMaskedLM"}
-#: the tag of each structural method's record field when present
-METHOD_TAGS = {"ghost": "ghost", "grouped": "grouped-linear", "embeddings": "factorized-embeddings",
-               "sharing": "shared-layers", "references": "refbert"}
 #: the tag of each command in the history
 COMMAND_TAGS = {"prune": "pruned", "distill": "distillation"}
 #: history arguments not worth a card line (the input is named separately; hashes and times are noise)
@@ -139,7 +137,7 @@ def tags(facts: CardFacts) -> list[str]:
     found = ["ghostify"]
     commands = {str(e.get("command")) for e in facts.record.history if isinstance(e, dict)}
     found += [tag for command, tag in COMMAND_TAGS.items() if command in commands]
-    found += [tag for key, tag in METHOD_TAGS.items() if getattr(facts.record, key, None)]
+    found += [m.tag for m in methods() if m.tag and m.present(facts.record)]
     if facts.sentence_transformers:
         found.append("sentence-transformers")
     if facts.output == "onnx":
@@ -249,10 +247,9 @@ def _size(facts: CardFacts) -> str:
                  (f"FLOPs (1 sequence of {size['seq_len']} tokens)", human(size["flops"]))]
     rows += [("attention heads per layer", ", ".join(map(str, record.heads_per_layer))),
              ("FFN width per layer", ", ".join(map(str, record.ffn)))]
-    if record.ghost:
-        settings = record.ghost.get("settings") or {}
-        shown = ", ".join(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in settings.items())
-        rows.append(("ghost modules", f"{shown}; {human(record.ghost.get('params') or 0)} parameters"))
+    # each structural method's own rows (ghostify info's), from its record entry
+    info = {"methods": record.methods, **record.methods}
+    rows += [row for m in methods() if m.tracked and m.present(record) for row in m.describe(info)]
     table = "\n".join(f"| {what} | {value} |" for what, value in rows)
     return f"## Size\n\n| | |\n|---|---|\n{table}"
 

@@ -34,11 +34,7 @@ from .architectures import get_adapter
 from .card import checkpoint_facts, write_card
 from .errors import CheckpointError, GhostifyError
 from .files import atomic_directory, copy_tokenizer, link_input, path_inside
-from .methods import restore_all
-from .methods.ghost import check_ghost_record
-from .methods.pruning.apply import dense_record
-from .methods.references import REFERENCES_NAME, write_references
-from .methods.sharing.settings import distinct_layers
+from .methods import distinct_layers, restore_all, save_all, validate_record
 from .record import RECORD_KEY, GhostifyRecord
 
 # transformers is imported inside the functions that use it (marked "deferred"): its import takes
@@ -150,13 +146,13 @@ def read_record(config) -> GhostifyRecord | None:
     source = str(Path(name) / CONFIG_NAME) if name else CONFIG_NAME
     record = GhostifyRecord.from_dict(data, source=source)
     adapter = get_adapter(config)
+    validate_record(record, config, source)  # every method's entry: known, not newer, not tampered with
     record.check_structure(
         source,
         num_heads=adapter.num_units(config),
         ffn_size=adapter.ffn_size(config),
         num_layers=_distinct_layers(config, adapter, record),
     )
-    check_ghost_record(record.ghost, source, max_positions=max_positions(config))
     return record
 
 
@@ -169,7 +165,7 @@ def max_positions(config) -> int:
 def _distinct_layers(config, adapter, record: GhostifyRecord) -> int | None:
     """How many distinct layers the config builds (the record lists one entry per distinct layer)."""
     try:
-        return distinct_layers(config, adapter, record.sharing)
+        return distinct_layers(config, adapter, record)
     except (AttributeError, TypeError, ValueError):
         return None  # the rebuild's own check names the problem
 
@@ -247,8 +243,9 @@ def load_model(
     if not weights.is_file():
         raise CheckpointError(f"no {WEIGHTS_NAME} in {source}: the checkpoint is incomplete; re-create or re-download the checkpoint")
     check_safetensors(weights)
-    if record.references:  # the reference store is read from the checkpoint itself, never elsewhere
-        path_inside(source, record.references.get("file", REFERENCES_NAME), "config.json references.file")
+    for name, entry in record.methods.items():  # a method's files are read from the checkpoint itself, never elsewhere
+        if isinstance(entry.get("file"), str):
+            path_inside(source, entry["file"], f"config.json {name}.file")
     with _quiet_transformers():
         build = getattr(cls, "from_config", None) or cls._from_config  # Auto classes / model classes
         model = build(config, **kwargs)
@@ -489,7 +486,7 @@ def _quiet_transformers() -> Iterator[None]:
 def model_record(model: nn.Module) -> GhostifyRecord:
     """The record of a loaded model (from its config, or describing it as it is)."""
     record = read_record(model.config)
-    return record if record is not None else dense_record(model, get_adapter(model.config))
+    return record if record is not None else GhostifyRecord.of_model(model, get_adapter(model.config))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -527,7 +524,7 @@ def write_checkpoint(
     weights_from: str | os.PathLike | None = None,
 ) -> None:
     """The files of a checkpoint, into an existing directory (callers provide the atomicity)."""
-    write_references(model, directory, record)  # the reference store; completes record.references
+    save_all(model, directory, record)  # every method's files beside the weights (the reference store)
     config = model.config
     setattr(config, RECORD_KEY, record.to_dict())
     config.architectures = [type(model).__name__]

@@ -10,30 +10,33 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from .architectures import attention_units, ffn_units
 from .errors import CheckpointError
 from .version import __version__
 
 RECORD_KEY = "ghostify"
-RECORD_FORMAT = 1
+#: 2: each method's entry under ``methods``; 1 (still read): one top-level field per method
+RECORD_FORMAT = 2
+#: the record's own fields; in a format-1 record every other mapping is a method's entry
+CORE_FIELDS = ("heads", "ffn", "methods", "history", "format")
 
 
-@dataclass
+@dataclass(slots=True)  # a misspelt or old field (record.ghost = ...) fails instead of vanishing
 class GhostifyRecord:
     heads: list[list[int]]
     ffn: list[int]
-    ghost: dict[str, Any] | None = None
-    # further structural methods, each None until its command ran (see their modules)
-    embeddings: dict[str, Any] | None = None  # factorize-embeddings (ALBERT)
-    sharing: dict[str, Any] | None = None  # share-layers (ALBERT)
-    grouped: dict[str, Any] | None = None  # group-linear (SqueezeBERT)
-    references: dict[str, Any] | None = None  # distill --references (RefBERT)
+    #: every applied method's entry, by method name (``ghostify.methods``; pruning's is heads/ffn)
+    methods: dict[str, dict[str, Any]] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     format: int = RECORD_FORMAT
+
+    def entry(self, name: str) -> dict[str, Any] | None:
+        """The entry of method ``name``, or None when it was not applied."""
+        return self.methods.get(name) or None
 
     @classmethod
     def dense(cls, num_layers: int, num_heads: int, ffn_size: int) -> "GhostifyRecord":
@@ -41,29 +44,42 @@ class GhostifyRecord:
         return cls(heads=[list(range(num_heads)) for _ in range(num_layers)], ffn=[ffn_size] * num_layers)
 
     @classmethod
+    def of_model(cls, model: Any, adapter: Any) -> "GhostifyRecord":
+        """The record describing a model as it is now (for models that come without one)."""
+        layers = adapter.layers(model)
+        return cls(heads=[list(range(attention_units(adapter, layer, model.config))) for layer in layers],
+                   ffn=[ffn_units(adapter, layer) for layer in layers])
+
+    @classmethod
     def from_dict(cls, data: Any, source: str) -> "GhostifyRecord":
         """The record of ``data`` (``config.json``'s ``ghostify`` entry), with every field whose
-        validity needs nothing else checked: a tampered value is one line naming it."""
+        validity needs nothing else checked: a tampered value is one line naming it. A format-1
+        record (one top-level field per method) reads as today's."""
         if not isinstance(data, dict):
             raise CheckpointError(f"corrupt ghostify record in {source}: expected a mapping, got {type(data).__name__}")
         try:
+            version = int(data.get("format", RECORD_FORMAT))
+            methods = data.get("methods", {}) if version >= 2 else {
+                k: v for k, v in data.items() if k not in CORE_FIELDS and v is not None}
             record = cls(
                 heads=_int_lists(data["heads"], "heads", source),
                 ffn=_ints(data["ffn"], "ffn", source),
-                ghost=data.get("ghost"),
-                embeddings=data.get("embeddings"),
-                sharing=data.get("sharing"),
-                grouped=data.get("grouped"),
-                references=data.get("references"),
+                methods=methods,
                 history=list(data.get("history", [])),
-                format=int(data.get("format", RECORD_FORMAT)),
+                format=RECORD_FORMAT,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"corrupt ghostify record in {source}: {exc!r}; re-create the checkpoint") from exc
-        if record.format > RECORD_FORMAT:
+        if version > RECORD_FORMAT:
             raise CheckpointError(
-                f"{source} was written by a newer ghostify (record format {record.format}); upgrade ghostify"
+                f"{source} was written by a newer ghostify (record format {version}); upgrade ghostify"
             )
+        if not isinstance(record.methods, dict):
+            _corrupt(source, "methods", record.methods, "expected a mapping of method entries")
+        record.methods = {name: entry for name, entry in record.methods.items() if entry is not None}
+        for name, entry in record.methods.items():
+            if not isinstance(entry, dict):
+                _corrupt(source, f"methods.{name}" if version >= 2 else name, entry, "expected a mapping")
         if len(record.heads) != len(record.ffn):
             raise CheckpointError(
                 f"corrupt ghostify record in {source}: {len(record.heads)} head lists but {len(record.ffn)} FFN sizes"
@@ -78,21 +94,12 @@ class GhostifyRecord:
         for layer, size in enumerate(record.ffn):
             if size < 1:
                 _corrupt(source, f"ffn[{layer}]", size, "FFN sizes are positive")
-        for name in ("ghost", "embeddings", "sharing", "grouped", "references"):
-            value = getattr(record, name)
-            if value is not None and not isinstance(value, dict):
-                _corrupt(source, name, value, "expected a mapping")
-        references = record.references or {}
-        file = references.get("file")
-        if file is not None and (not isinstance(file, str) or Path(file).name != file or file in ("", ".", "..")):
-            # the store must live in the checkpoint itself, never elsewhere on disk
-            _corrupt(source, "references.file", file, "expected a file name inside the checkpoint")
         return record
 
     def check_structure(self, source: str, *, num_heads: int, ffn_size: int, num_layers: int | None) -> None:
         """Check the record against its config: head indices of the original ``num_heads``, FFN
         sizes at most the original ``ffn_size``, one entry per distinct layer (each method checks
-        its own entry: ``ghost.check_ghost_record``, ...)."""
+        its own entry: ``ghostify.methods.validate_record``)."""
         if num_layers is not None and len(self.heads) != num_layers:
             raise CheckpointError(f"corrupt ghostify record in {source}: heads and ffn list {len(self.heads)} layers but the "
                                   f"config builds {num_layers} distinct layers; re-create the checkpoint")

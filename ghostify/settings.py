@@ -26,6 +26,8 @@ TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
 TRAIN_MODES = ("all", "ghost-only")
 #: field metadata: a value the code uses but no flag, recipe key or flat keyword sets
 INTERNAL = "internal"
+#: ``--seed`` of every command that draws something (training, scoring, augmenting, new modules)
+DEFAULT_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ class TrainSettings:
     max_grad_norm: float = 1.0
     gradient_accumulation_steps: int = 1
     mixed_precision: str = "no"
-    seed: int = 0
+    seed: int = DEFAULT_SEED
     checkpoint_steps: int = 200
     log_steps: int = field(default=10, metadata={INTERNAL: True})
     # experiment trackers (Accelerate's) that also receive the losses and evaluations, logged under OUT/runs/
@@ -208,4 +210,55 @@ class DistillWeights:
             raise GhostifyError("every distillation loss weight is 0; give at least one a positive weight")
 
 
-__all__ = ["DataSettings", "DistillWeights", "FinetuneWeights", "StudentSettings", "TaskSettings", "TrainSettings"]
+# ---- each command's own options ---------------------------------------------------------------------
+# Their defaults, declared once: the step's signature (``ghostify.steps``) names the field, and so
+# does the CLI option (``ghostify.cli.commands``), which needs the value for ``--help`` before torch
+# loads, so it cannot read the step's signature. ``tests/test_defaults_once.py`` checks every command.
+
+
+@dataclass(frozen=True)
+class ImportanceDefaults:
+    """``ghostify importance``."""
+
+    samples: int | None = 2048  # a seeded random subset of the training split (None: all of it)
+    batch_size: int = 32
+    seed: int = DEFAULT_SEED
+
+
+@dataclass(frozen=True)
+class AugmentDefaults:
+    """``ghostify augment``: TinyBERT's replacement probability and candidates per word."""
+
+    replace_prob: float = 0.4
+    top_k: int = 15
+    batch_size: int = 64  # masked copies per MLM forward pass
+    seed: int = DEFAULT_SEED
+
+
+@dataclass(frozen=True)
+class ExportDefaults:
+    """``ghostify export``."""
+
+    format: str = "hf"
+
+
+@dataclass(frozen=True)
+class BenchDefaults:
+    """``ghostify bench``: one sequence of 128 tokens on one thread, 3 untimed and 20 timed passes."""
+
+    batch_size: int = 1
+    seq_len: int = 128
+    threads: int = 1
+    rounds: int = 20
+    warmup: int = 3
+
+
+@dataclass(frozen=True)
+class InfoDefaults:
+    """``ghostify info`` (and the recipe reports' sizes): FLOPs counted at batch 1 and this length."""
+
+    seq_len: int = 128
+
+
+__all__ = ["AugmentDefaults", "BenchDefaults", "DataSettings", "DistillWeights", "ExportDefaults", "FinetuneWeights", "ImportanceDefaults",
+           "InfoDefaults", "StudentSettings", "TaskSettings", "TrainSettings"]

@@ -116,8 +116,8 @@ def world(tmp_path_factory) -> Path:
     _edit_record(_copy(root / "pruned", root / "ffn-negative"), lambda r: r["ffn"].__setitem__(0, -5))
     _edit_record(_copy(root / "pruned", root / "ffn-grown"), lambda r: r["ffn"].__setitem__(1, 999))
     _edit_record(_copy(root / "pruned", root / "layers"), lambda r: (r["heads"].append([0]), r["ffn"].append(3)))
-    _edit_record(_copy(root / "ghost", root / "ghost-kernel"), lambda r: r["ghost"]["settings"].__setitem__("kernel_size", 1025))
-    _edit_record(_copy(root / "pruned", root / "store-elsewhere"), lambda r: r.__setitem__("references", {"file": "/etc/passwd"}))
+    _edit_record(_copy(root / "ghost", root / "ghost-kernel"), lambda r: r["methods"]["ghost"]["settings"].__setitem__("kernel_size", 1025))
+    _edit_record(_copy(root / "pruned", root / "store-elsewhere"), lambda r: r["methods"].__setitem__("references", {"file": "/etc/passwd"}))
 
     (root / "r.yaml").write_text(RECIPE.format(m=m, toy=toy))
     (root / "r-train.yaml").write_text(RECIPE_TRAINS.format(m=m, toy=toy))

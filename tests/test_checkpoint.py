@@ -37,7 +37,7 @@ def test_layout_and_record(tmp_path):
     assert {"config.json", "model.safetensors"} <= {p.name for p in path.iterdir()}
     record = json.loads((path / "config.json").read_text())["ghostify"]
     assert [len(h) for h in record["heads"]] == [2, 2] and record["ffn"] == [19, 19]
-    assert record["format"] == 1
+    assert record["format"] == 2 and record["methods"] == {}  # pruning's entry is the widths themselves
 
 
 def test_plain_transformers_directory_loads_with_a_dense_record(tmp_path):

@@ -114,7 +114,7 @@ def test_the_mlm_decoder_uses_the_same_factors(family):
 def test_save_load_is_exact_and_keeps_the_decoder_tied(family, tmp_path):
     model, _, result = _factorized(family, rank=6)
     record = model_record(model)
-    record.embeddings = embeddings_record(result, model)
+    record.methods["embeddings"] = embeddings_record(result, model)
     path = save_checkpoint(model, tmp_path / "f", record)
     loaded = load_model(path)
     batch = tiny_batch()
@@ -150,13 +150,14 @@ def test_cli_summary_record_info_and_errors(tmp_path, capsys):
     assert code == 0, err
     assert "99 x 32 -> 99 x 8 + 8 x 32" in err and "2,120 saved" in err and "relative reconstruction error" in err
     record = json.loads((tmp_path / "f" / "config.json").read_text())["ghostify"]
-    assert record["embeddings"]["rank"] == 8 and record["embeddings"]["params_saved"] == 99 * 32 - 8 * 131
+    entry = record["methods"]["embeddings"]
+    assert entry["rank"] == 8 and entry["params_saved"] == 99 * 32 - 8 * 131
     assert record["history"][-1]["command"] == "factorize-embeddings"
     code, out, _ = run_cli(capsys, "info", tmp_path / "f", "--json")
     info = json.loads(out)
     code, out, _ = run_cli(capsys, "info", source, "--json")
     dense = json.loads(out)
-    assert info["params"] == dense["params"] - 2120 and info["embeddings"]["error"] == record["embeddings"]["error"]
+    assert info["params"] == dense["params"] - 2120 and info["embeddings"]["error"] == entry["error"]
     assert info["embedding_params"] == dense["embedding_params"] - 2120
 
     for args, message in (

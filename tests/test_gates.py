@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from ghostify.architectures import get_adapter
+from ghostify.example_loss import per_example_loss
 from ghostify.methods.pruning import compute_importance, gated, prune_model
 from ghostify.methods.pruning.apply import dense_record
-from ghostify.methods.pruning.importance import per_example_loss
 from ghostify.testing import FFN, tiny_batch, tiny_model
 
 from .conftest import ALL_FAMILIES, SDPA_FAMILIES

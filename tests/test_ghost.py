@@ -48,7 +48,7 @@ def _pruned(family: str, head: str = "base", heads: Fraction = Fraction(2, 4), f
 
 def _ghosted(model, record, settings: GhostSettings, *, randomise: bool = True):
     attach_ghosts(model, settings)
-    record.ghost = ghost_record(model, settings)
+    record.methods["ghost"] = ghost_record(model, settings)
     if randomise:  # trained-looking ghosts: a test must not pass because the kernels are uniform
         params = dict(model.named_parameters())
         generator = torch.Generator().manual_seed(1)
@@ -414,7 +414,7 @@ def test_save_load_is_exact_with_each_init(init, tmp_path):
     before = model(**batch).logits
     save_checkpoint(model, tmp_path / "ghost", record)
     loaded = load_model(tmp_path / "ghost")
-    assert model_record(loaded).ghost["settings"]["init"] == init
+    assert model_record(loaded).methods["ghost"]["settings"]["init"] == init
     assert torch.equal(loaded(**batch).logits, before)
     assert loaded.state_dict().keys() == model.state_dict().keys()
 
@@ -466,7 +466,7 @@ def test_save_load_is_exact(family, pruned, tmp_path):
     save_checkpoint(model, tmp_path / "ghost", record)
     loaded = load_model(tmp_path / "ghost")
     assert type(loaded) is type(model)
-    assert model_record(loaded).ghost["settings"] == settings.to_dict()
+    assert model_record(loaded).methods["ghost"]["settings"] == settings.to_dict()
     assert torch.equal(loaded(**batch).logits, before)
     assert loaded.state_dict().keys() == model.state_dict().keys()
     for name, tensor in model.state_dict().items():
@@ -499,12 +499,12 @@ def test_load_refuses_a_record_that_does_not_match_the_weights(tmp_path):
     model, record = _ghosted(*_pruned("bert"), GhostSettings())
     save_checkpoint(model, tmp_path / "bad", record)
     config = json.loads((tmp_path / "bad" / "config.json").read_text())
-    config["ghostify"]["ghost"]["settings"]["kernel_size"] = 5  # edited by hand after saving
+    config["ghostify"]["methods"]["ghost"]["settings"]["kernel_size"] = 5  # edited by hand after saving
     (tmp_path / "bad" / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="do not match"):
         load_model(tmp_path / "bad")
     # saving such a record is refused in the first place (the model card loads the checkpoint back)
-    record.ghost["settings"]["kernel_size"] = 5
+    record.methods["ghost"]["settings"]["kernel_size"] = 5
     with pytest.raises(CheckpointError, match="do not match"):
         save_checkpoint(model, tmp_path / "bad-too", record)
     assert not (tmp_path / "bad-too").exists() and [p.name for p in tmp_path.iterdir()] == ["bad"]
@@ -585,8 +585,8 @@ def test_train_only_the_ghosts(tmp_path):
     model, record = _ghosted(*_pruned("roberta", "sequence-classification"), GhostSettings(), randomise=False)
     # the record says which parameters are new (relative to the encoder, as in a bare checkpoint)
     prefix = model.base_model_prefix + "."
-    assert sorted(prefix + n for n in record.ghost["parameters"]) == sorted(ghost_parameter_names(model))
-    assert record.ghost["params"] == ghost_params(model)
+    assert sorted(prefix + n for n in record.methods["ghost"]["parameters"]) == sorted(ghost_parameter_names(model))
+    assert record.methods["ghost"]["params"] == ghost_params(model)
     trainable = freeze_except_ghosts(model)
     assert trainable == sorted(ghost_parameter_names(model))
     assert {n for n, p in model.named_parameters() if p.requires_grad} == set(trainable)

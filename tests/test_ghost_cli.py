@@ -35,7 +35,7 @@ def test_attach_ghost_defaults_end_to_end(tmp_path, checkpoint, capsys):
     assert code == 0, err
     assert "384 new parameters" in err and f"wrote {out}" in err
     record = json.loads((out / "config.json").read_text())["ghostify"]
-    ghost = record["ghost"]
+    ghost = record["methods"]["ghost"]
     assert ghost["settings"] == GhostSettings().to_dict()
     assert ghost["params"] == 2 * 2 * HIDDEN * 3
     assert ghost["parameters"] == [
@@ -76,7 +76,7 @@ def test_attach_ghost_variants_on_a_pruned_model(tmp_path, pruned_checkpoint, ca
         "--features", "2", "--per-head", "--conv", "conv2d", "--positions", "qk,v,o,ffn2", "--init", "zero-scale",
     )
     assert code == 0, err
-    settings = model_record(load_model(out)).ghost["settings"]
+    settings = model_record(load_model(out)).methods["ghost"]["settings"]
     assert settings == GhostSettings(kernel_size=5, softmax=False, relu=False, features=2, per_head=True, conv="conv2d",
                                      positions="qk,v,o,ffn2", init="zero-scale").to_dict()
     # --overwrite replaces; without it the existing output is refused
@@ -84,7 +84,7 @@ def test_attach_ghost_variants_on_a_pruned_model(tmp_path, pruned_checkpoint, ca
     assert code == 2 and "--overwrite" in err
     code, _, err = run_cli(capsys, "attach-ghost", pruned_checkpoint, "-o", out, "--overwrite")
     assert code == 0, err
-    assert model_record(load_model(out)).ghost["settings"] == GhostSettings().to_dict()
+    assert model_record(load_model(out)).methods["ghost"]["settings"] == GhostSettings().to_dict()
 
 
 @pytest.mark.parametrize(

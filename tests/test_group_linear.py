@@ -202,8 +202,8 @@ def test_save_load_is_exact_and_info_reports_groups(family, tmp_path, capsys):
     tiny_checkpoint(tmp_path / "m", family, **_ffn(family))
     permute = _permutable(family, ["qkv", "o", "ffn"])
     record = group_linear_step(tmp_path / "m", tmp_path / "g", groups=2, modules="qkv,o,ffn", permute=permute)
-    assert record.grouped["groups"] == 2 and record.grouped["modules"] == ["qkv", "o", "ffn"]
-    assert record.grouped["kept_norm"] >= record.grouped["kept_norm_identity"]
+    assert record.entry("grouped")["groups"] == 2 and record.entry("grouped")["modules"] == ["qkv", "o", "ffn"]
+    assert record.entry("grouped")["kept_norm"] >= record.entry("grouped")["kept_norm_identity"]
     # the same steps in memory give the same model as the saved and loaded one
     net = load_model(tmp_path / "m")
     adapter = get_adapter(net.config)
@@ -244,7 +244,7 @@ def test_attach_ghost_after_group_linear(family, tmp_path):
     group_linear_step(tmp_path / "m", tmp_path / "g", groups=4, modules="qkv,o,ffn",
                       permute=_permutable(family, ["qkv", "o", "ffn"]))
     record = attach_ghost(tmp_path / "g", tmp_path / "gh", positions="o,ffn2")
-    assert record.ghost and record.grouped
+    assert record.entry("ghost") and record.entry("grouped")
     grouped, ghosted = load_model(tmp_path / "g"), load_model(tmp_path / "gh")
     batch = tiny_batch()
     with torch.no_grad():

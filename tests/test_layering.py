@@ -2,23 +2,45 @@
 
     errors (and helpers that import nothing else of ghostify: files, the settings dataclasses and
     their flattening, heads, device) → architectures (facts about families) → method structure code
-    (the methods' modules, and the registry through which a checkpoint rebuilds them) → checkpoint
-    (and tokenization, which reads configs) → training / data / augment → steps → recipe / cli
+    (the methods' modules, the registry through which a checkpoint rebuilds them, and the
+    per-example loss that importance differentiates) → checkpoint (and tokenization, which reads
+    configs) → export → data → training → tasks → augment (and testing) → steps → recipe / cli
+
+Why this order among the middle layers (it is what the code needs, nothing more):
+
+- export writes and runs a checkpoint in other formats: it needs the checkpoint format and the
+  structure code it ships, never data or training, so it sits right above checkpoint;
+- data (datasets, presets, labels, SQuAD windows) reads files and knows no model training;
+- training is task-independent: the loop trains any ``Objective`` and scores with an
+  ``Evaluation`` it is handed, the objectives read a task kind only through the narrow shape
+  ``TaskLosses``, and the losses, metrics and constant baseline are plain functions of tensors;
+- tasks (one ``TaskKind`` per kind of task) build on both: their encoding on data, their losses,
+  metrics and evaluations on training's;
+- augment reads datasets through a task kind; testing (tiny models, toy datasets) is beside it;
+- steps call all of these, and the front ends call the steps.
 
 A module imports only from its own layer or lower ones, and no chain of imports leads back to
 where it started. Imports inside functions count too: they run as well, only later, so one that
-closes a loop merely hides it.
+closes a loop merely hides it. So do imports under ``if TYPE_CHECKING:``: they never run, but a
+type named from a higher layer is a dependency all the same, and the first time it is needed at
+run time the loop is real.
+
+Methods are plug-ins: outside a method's own folder, code reaches it only through the registry
+``ghostify.methods`` (the names it exports), never ``ghostify.methods.<name>`` directly.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
+
+import pytest
 
 ROOT = "ghostify"
 PACKAGE = Path(find_spec(ROOT).origin).parent  # without importing it
@@ -30,15 +52,20 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("errors", ("ghostify.errors", "ghostify.version", "ghostify.console", "ghostify.units", "ghostify.files",
                 "ghostify.settings", "ghostify.flatten", "ghostify.heads", "ghostify.device")),
     ("architectures", ("ghostify.architectures",)),
-    ("structure", ("ghostify.record", "ghostify.seeding", "ghostify.flops", "ghostify.attention", "ghostify.methods")),
+    ("structure", ("ghostify.record", "ghostify.seeding", "ghostify.flops", "ghostify.attention", "ghostify.methods",
+                   "ghostify.example_loss")),
     ("checkpoint", ("ghostify.checkpoint", "ghostify.tokenization", "ghostify.pooling")),
-    ("training", ("ghostify.training", "ghostify.data", "ghostify.tasks", "ghostify.augment", "ghostify.testing",
-                  "ghostify.export")),
+    ("export", ("ghostify.export",)),
+    ("data", ("ghostify.data",)),
+    ("training", ("ghostify.training",)),
+    ("tasks", ("ghostify.tasks",)),
+    ("augment", ("ghostify.augment", "ghostify.testing")),
     ("steps", ("ghostify.steps",)),
     ("interface", ("ghostify.recipe", "ghostify.cli", "ghostify.__main__")),
 )
 #: packages above the method structure code, which it must import without
-ABOVE_STRUCTURE = ("ghostify.cli", "ghostify.steps", "ghostify.training", "ghostify.recipe", "ghostify.data")
+ABOVE_STRUCTURE = ("ghostify.cli", "ghostify.steps", "ghostify.training", "ghostify.recipe", "ghostify.data",
+                   "ghostify.tasks", "ghostify.augment", "ghostify.export")
 #: every part of every method (settings, modules, apply, restore, describe), and what rebuilds them
 STRUCTURE = ("ghostify.architectures", "ghostify.attention", "ghostify.flops", "ghostify.checkpoint",
              *sorted(name for name in (".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
@@ -53,9 +80,12 @@ class Edge:
     target: str
     line: int
     in_function: bool
+    type_only: bool = False  # under ``if TYPE_CHECKING:``
 
     def __str__(self) -> str:
         where = "inside a function" if self.in_function else "at module level"
+        if self.type_only:
+            where += ", under TYPE_CHECKING"
         return f"{self.source} -> {self.target} (line {self.line}, {where})"
 
 
@@ -70,20 +100,32 @@ def _modules() -> dict[str, tuple[Path, bool]]:
 
 
 def _imports(tree: ast.AST):
-    """``(node, in_function)`` for every import that runs, i.e. not under ``if TYPE_CHECKING:``."""
+    """``(node, in_function, type_only)`` for every import: ``type_only`` for one under
+    ``if TYPE_CHECKING:``, which never runs but names a dependency all the same."""
 
-    def walk(node: ast.AST, in_function: bool):
+    def walk(node: ast.AST, in_function: bool, type_only: bool):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for statement in node.orelse:  # the body never runs
-                yield from walk(statement, in_function)
+            for statement in node.body:
+                yield from walk(statement, in_function, True)
+            for statement in node.orelse:
+                yield from walk(statement, in_function, type_only)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node, in_function
+            yield node, in_function, type_only
         else:
             inner = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             for child in ast.iter_child_nodes(node):
-                yield from walk(child, inner)
+                yield from walk(child, inner, type_only)
 
-    yield from walk(tree, False)
+    yield from walk(tree, False, False)
+
+
+def _origin(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The absolute name of the module a ``from X import ...`` in ``module`` reads."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
 
 
 def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, modules) -> list[str]:
@@ -91,12 +133,7 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, m
     if isinstance(node, ast.Import):
         names = [alias.name for alias in node.names]
     else:
-        if node.level:
-            base = module.split(".") if is_package else module.split(".")[:-1]
-            base = base[: len(base) - node.level + 1]
-            origin = ".".join(base + ([node.module] if node.module else []))
-        else:
-            origin = node.module or ""
+        origin = _origin(node, module, is_package)
         names = [f"{origin}.{alias.name}" if f"{origin}.{alias.name}" in modules else origin for alias in node.names]
     out = []
     for name in names:
@@ -115,14 +152,15 @@ def import_graph() -> dict[str, list[Edge]]:
     modules = _modules()
     graph: dict[str, dict[tuple[str, int], Edge]] = {name: {} for name in modules}
     for name, (path, is_package) in modules.items():
-        for node, in_function in _imports(ast.parse(path.read_text(), str(path))):
+        for node, in_function, type_only in _imports(ast.parse(path.read_text(), str(path))):
             for target in _targets(node, name, is_package, modules):
                 parts = target.split(".")
                 for depth in range(1, len(parts) + 1):
                     package = ".".join(parts[:depth])
                     inside = name == package or name.startswith(package + ".")
                     if package != name and (package == target or not inside):
-                        graph[name].setdefault((package, node.lineno), Edge(name, package, node.lineno, in_function))
+                        edge = Edge(name, package, node.lineno, in_function, type_only)
+                        graph[name].setdefault((package, node.lineno), edge)
     return {name: list(edges.values()) for name, edges in graph.items()}
 
 
@@ -273,8 +311,8 @@ def test_every_method_has_the_same_parts():
 
 
 def test_the_graph_sees_hidden_cycles(tmp_path, monkeypatch):
-    # the checker itself: a cycle closed by an import inside a function, and one through a
-    # package's __init__, are both found
+    # the checker itself: a cycle closed by an import inside a function, one through a package's
+    # __init__, and one closed by an import for type hints only, are all found
     pkg = tmp_path / ROOT
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
@@ -285,6 +323,107 @@ def test_the_graph_sees_hidden_cycles(tmp_path, monkeypatch):
     (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import y\n"
                               "def g():\n    from .sub.other import v\n")
     (pkg / "sub" / "other.py").write_text("")
+    # and one closed only by a type hint's import
+    (pkg / "d.py").write_text("from .e import x\n")
+    (pkg / "e.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .d import y\n")
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", pkg)
     cycles = {tuple(e.source for e in cycle) for _, cycle in find_cycles(import_graph())}
-    assert cycles == {("ghostify.a", "ghostify.b"), ("ghostify.c", "ghostify.sub", "ghostify.sub.inner")}
+    assert cycles == {("ghostify.a", "ghostify.b"), ("ghostify.c", "ghostify.sub", "ghostify.sub.inner"),
+                      ("ghostify.d", "ghostify.e")}
+
+
+#: modules that reach methods only through the registry (issue 25): the checkpoint format, the record,
+#: the model card, info, export, the generic method step, the recipe runner and the CLI
+REGISTRY_ONLY = (f"{ROOT}.checkpoint", f"{ROOT}.record", f"{ROOT}.card", f"{ROOT}.steps.info", f"{ROOT}.steps.export",
+                 f"{ROOT}.steps.apply_method", f"{ROOT}.export", f"{ROOT}.recipe", f"{ROOT}.cli")
+
+
+def method_access_offences(exported: set[str], public: dict[str, set[str]] | None = None) -> list[str]:
+    """Every import, outside a method's own folder ``ghostify/methods/<name>/``, that reaches into a
+    method: a module of the folder (its internals; another method may use a method's ``modules``, the
+    structure it composes with), a name the method's package does not export (``public``: its
+    ``__all__``), anything of a method from a module in :data:`REGISTRY_ONLY`, or a name the registry
+    ``ghostify.methods`` does not export (``exported``). The registry's own ``__init__`` is the door
+    itself and may import the methods."""
+    modules = _modules()
+    registry = f"{ROOT}.methods"
+    methods = sorted(f"{registry}.{p.name}" for p in (PACKAGE / "methods").iterdir() if (p / "__init__.py").is_file())
+    public = public if public is not None else {m: set(getattr(importlib.import_module(m), "__all__", ())) for m in methods}
+
+    def method_of(name: str) -> str | None:
+        return next((m for m in methods if name == m or name.startswith(m + ".")), None)
+
+    wrong = []
+    for module, (path, is_package) in modules.items():
+        if module == registry:
+            continue
+        own = method_of(module)
+        registry_only = any(module == r or module.startswith(r + ".") for r in REGISTRY_ONLY)
+        for node, in_function, type_only in _imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                origin = _origin(node, module, is_package)
+                names = [f"{origin}.{alias.name}" for alias in node.names]
+            reasons = []  # one line per import statement, however many names it imports
+            for name in names:
+                origin, _, attribute = name.rpartition(".")
+                reached = method_of(name)
+                if reached is not None and reached != own:
+                    if registry_only:
+                        reasons.append(f"reaches into {reached} (this module reaches methods through {registry} only)")
+                    elif origin == reached and attribute not in public.get(reached, set()) | {"*"}:
+                        reasons.append(f"{attribute} is not exported by {reached}")
+                    elif origin != reached and name != reached and not (
+                            own is not None and origin == f"{reached}.modules"):
+                        reasons.append(f"reaches into {reached}'s internals ({origin.removeprefix(reached + '.')})")
+                elif origin == registry and name not in methods and attribute not in exported | {"*"}:
+                    reasons.append(f"{attribute} is not exported by {registry}")
+            if reasons:
+                where = "inside a function" if in_function else "at module level"
+                where += ", under TYPE_CHECKING" if type_only else ""
+                why = "; ".join(dict.fromkeys(reasons))
+                wrong.append(f"{module} (line {node.lineno}, {where}): `{ast.unparse(node)}` {why}")
+    return wrong
+
+
+def test_methods_are_reached_only_through_the_registry():
+    # a method is a plug-in: only its own folder and the registry name its modules, so a method can be
+    # added, replaced or removed without touching code elsewhere (tests/ may reach in: not checked)
+    registry = importlib.import_module(f"{ROOT}.methods")
+    wrong = method_access_offences(set(getattr(registry, "__all__", ())))
+    assert not wrong, (f"{len(wrong)} import(s) of a method other than through ghostify.methods (export what they "
+                       "need there):\n" + "\n".join(wrong))
+
+
+def test_the_method_access_check_sees_every_way_in(tmp_path, monkeypatch):
+    # the checker of the test above: every form of reaching into a method is found; the registry's
+    # exports, a method package's public names, its own modules and another method's `modules` are not
+    pkg = tmp_path / ROOT
+    for folder in ("methods/ghost", "methods/other", "steps", "cli"):
+        (pkg / folder).mkdir(parents=True)
+    for init in (pkg, pkg / "steps", pkg / "cli", pkg / "methods" / "other"):
+        (init / "__init__.py").write_text("")
+    (pkg / "methods" / "__init__.py").write_text("def _methods():\n    from . import ghost\n")
+    (pkg / "methods" / "base.py").write_text("")
+    (pkg / "methods" / "ghost" / "__init__.py").write_text("from .apply import attach\nfrom .. import METHODS\n")
+    (pkg / "methods" / "ghost" / "apply.py").write_text("from ..base import Method\nfrom . import modules\n")
+    (pkg / "methods" / "ghost" / "modules.py").write_text("")
+    (pkg / "methods" / "other" / "apply.py").write_text("from ..ghost.modules import G\n"  # composes: allowed
+                                                        "from ..ghost.apply import attach\n")  # line 2: internals
+    (pkg / "steps" / "fine.py").write_text("from ..methods import METHODS\nfrom ghostify.methods.base import Method\n"
+                                           "from ..methods.ghost import attach\n")  # a public name: allowed
+    (pkg / "steps" / "bad.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from ..methods.ghost import secret\n"                # line 2: a name the method does not export
+        "from ..methods import ghost, METHODS\n"               # line 3: the package by name: allowed here
+        "import ghostify.methods.ghost.apply\n"                # line 4: a method's module, absolutely
+        "from ghostify.methods import hidden\n"                # line 5: a name the registry does not export
+        "def f():\n    from ..methods.ghost.modules import G\n"  # line 7: internals, inside a function
+        "if TYPE_CHECKING:\n    from ..methods.ghost import T\n")  # line 9: for a type hint
+    (pkg / "cli" / "x.py").write_text("from ..methods.ghost import attach\n")  # line 1: registry-only module
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", pkg)
+    wrong = method_access_offences({"METHODS"}, {f"{ROOT}.methods.ghost": {"attach"}, f"{ROOT}.methods.other": set()})
+    lines = {(w.split(" ")[0], int(w.split("line ")[1].split(",")[0])) for w in wrong}
+    assert lines == {("ghostify.steps.bad", n) for n in (2, 4, 5, 7, 9)} | {("ghostify.methods.other.apply", 2),
+                                                                               ("ghostify.cli.x", 1)}, wrong

@@ -87,7 +87,7 @@ def test_a_ghost_distilled_checkpoint_has_its_measured_metrics(tmp_path):
     assert result["task"]["type"] == "text-classification" and result["dataset"]["name"] == "custom"
     assert {m["type"]: m["value"] for m in result["metrics"]} == {"accuracy": best["eval"]["accuracy"]}
     assert "1. `ghostify attach-ghost` of `teacher`" in text and "2. `ghostify distill` of `ghost`" in text
-    assert "| ghost modules | " in text and f"at step {best['step']}" in text
+    assert "| ghost | dwconv k=3 softmax relu F=2 shared at o,ffn2; " in text and f"at step {best['step']}" in text
 
 
 def test_front_matter_from_the_history():

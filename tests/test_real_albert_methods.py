@@ -40,7 +40,7 @@ def _cli(capsys):
 def test_factorized_embeddings_distill_finetune(sst2_teacher, glue, tmp_path, capsys):
     ok = _cli(capsys)
     ok("factorize-embeddings", sst2_teacher, "-o", tmp_path / "factorized", "--rank", "128")
-    record = json.loads((tmp_path / "factorized" / "config.json").read_text())["ghostify"]["embeddings"]
+    record = json.loads((tmp_path / "factorized" / "config.json").read_text())["ghostify"]["methods"]["embeddings"]
     _report(capsys, "factorize rank 128:", {k: record[k] for k in ("error", "params_before", "params_after", "params_saved")})
     assert record["params_before"] == 30522 * 384 and record["params_after"] == 128 * (30522 + 384)
     assert record["error"] < 0.8  # pretrained embeddings are far from a flat spectrum (random: ~0.89)

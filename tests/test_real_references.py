@@ -33,7 +33,7 @@ def test_prune_distill_with_references_finetune_eval(sst2_teacher, glue, tmp_pat
         accuracy[name] = result["metrics"]["accuracy"]
         if name == "references":
             assert "retrieval agreement" in err
-            record = json.loads((tmp_path / f"f-{name}" / "config.json").read_text())["ghostify"]["references"]
+            record = json.loads((tmp_path / f"f-{name}" / "config.json").read_text())["ghostify"]["methods"]["references"]
             assert record["entries"] == 1000 and (tmp_path / f"f-{name}" / "references.safetensors").is_file()
             info = json.loads(ok("info", tmp_path / f"f-{name}", "--json")[0])
             print("store", info["reference_store"], "agreement", record["retrieval"]["agreement"])

@@ -198,12 +198,12 @@ def test_when_false_leaves_a_stage_out_and_the_others_keep_their_numbers(tiny, t
     assert [(s.index, s.command.name) for s in plain.stages] == [(0, "importance"), (1, "prune"), (3, "eval")]
     recipes.run(plain, tmp_path / "plain")
     assert sorted(p.name for p in (tmp_path / "plain").iterdir() if p.is_dir()) == ["01-importance", "02-prune", "04-eval"]
-    assert not load_model(tmp_path / "plain" / "02-prune").config.ghostify.get("ghost")
+    assert not load_model(tmp_path / "plain" / "02-prune").config.ghostify["methods"].get("ghost")
 
     ghosts = recipes.load(path, ["vars.ghosts=true"])
     assert [s.command.name for s in ghosts.stages] == ["importance", "prune", "attach-ghost", "eval"]
     recipes.run(ghosts, tmp_path / "ghosts")
-    record = load_model(tmp_path / "ghosts" / "03-attach-ghost").config.ghostify["ghost"]
+    record = load_model(tmp_path / "ghosts" / "03-attach-ghost").config.ghostify["methods"]["ghost"]
     assert record["settings"]["kernel_size"] == 5
     with pytest.raises(RecipeError, match="when"):
         recipes.load(path, ["vars.ghosts=sometimes"])

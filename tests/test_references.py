@@ -208,7 +208,7 @@ def test_delta_outside_the_open_interval_is_a_one_line_error(tmp_path, capsys):
 def _save_with_references(tmp_path, family="bert"):
     _, model, module = _with_references(family, head="sequence-classification", dt=24)
     record = copy.deepcopy(model_record(model))
-    record.references = reference_record(module, teacher="synthetic", teacher_hidden=24, student_hidden=32)
+    record.methods["references"] = reference_record(module, teacher="synthetic", teacher_hidden=24, student_hidden=32)
     setattr(model.config, RECORD_KEY, record.to_dict())
     tiny_checkpoint(tmp_path / "tok")  # for the tokenizer files
     save_checkpoint(model, tmp_path / "ref", record, tokenizer_source=tmp_path / "tok")
@@ -224,7 +224,7 @@ def test_store_save_load_is_exact_and_retrieval_is_used(tmp_path, family):
     for name, tensor in module.store().tensors().items():
         assert torch.equal(tensor, getattr(restored, name)), name
     assert torch.equal(module.ridge, restored.ridge) and restored.delta == DELTA
-    data = json.loads((tmp_path / "ref" / "config.json").read_text())["ghostify"]["references"]
+    data = json.loads((tmp_path / "ref" / "config.json").read_text())["ghostify"]["methods"]["references"]
     assert data["entries"] == 5 and data["retrieval"]["agreement"] == module.agreement
     assert data["bytes"] == restored.store_bytes() > 0
     batch = tiny_batch()
@@ -264,7 +264,7 @@ def test_distill_with_references_then_eval_and_info(tmp_path, toy, capsys):
                            "--logit-weight", "1", "--attention-weight", "1")
     assert code == 0, err
     assert "retrieval agreement" in err
-    data = json.loads((tmp_path / "d" / "config.json").read_text())["ghostify"]["references"]
+    data = json.loads((tmp_path / "d" / "config.json").read_text())["ghostify"]["methods"]["references"]
     assert data["entries"] == 48 and data["teacher_to_student_map"] and 0 <= data["retrieval"]["agreement"] <= 1
     assert (tmp_path / "d" / REFERENCES_NAME).is_file()
     # eval loads the store and retrieves: it equals the in-memory model's predictions

@@ -53,8 +53,8 @@ def test_groups_share_one_module_initialised_with_the_mean(family):
         if tensor.is_floating_point():
             torch.testing.assert_close(tensor, (original[0][name] + original[1][name]) / 2)
             torch.testing.assert_close(applied[2].state_dict()[name], (original[2][name] + original[3][name]) / 2)
-    assert len(record.heads) == 2 and record.sharing["groups"] == [[0, 1], [2, 3]]
-    assert record.sharing["params_after"] == count_params(model) < record.sharing["params_before"]
+    assert len(record.heads) == 2 and record.entry("sharing")["groups"] == [[0, 1], [2, 3]]
+    assert record.entry("sharing")["params_after"] == count_params(model) < record.entry("sharing")["params_before"]
     # every step still runs: the same FLOPs, half the layer parameters
     out = model(**tiny_batch(), output_hidden_states=True)
     assert len(out.hidden_states) == 5
@@ -85,7 +85,7 @@ def test_save_load_is_exact_and_stores_each_shared_tensor_once(family, tmp_path)
 def test_init_first_and_unequal_groups():
     model, adapter, record, original = _shared("bert", groups=2, init="first", layers=5)
     applied = adapter.applied_layers(model)
-    assert record.sharing["groups"] == [[0, 1, 2], [3, 4]]  # sizes differ by one, the larger first
+    assert record.entry("sharing")["groups"] == [[0, 1, 2], [3, 4]]  # sizes differ by one, the larger first
     assert adapter.layer_applications(model) == [3, 2]
     for name, tensor in applied[0].state_dict().items():
         assert torch.equal(tensor, original[0][name])
@@ -238,7 +238,7 @@ def test_later_structural_steps_are_refused_with_the_order(field, step):
     from ghostify.methods import check_order
 
     model = _deep("bert")
-    record = replace(model_record(model), **{field: {"format": 1}})
+    record = replace(model_record(model), methods={field: {"format": 1}})
     with pytest.raises(GhostifyError, match=f"share-layers before {step}"):
         check_order("sharing", record)
     with pytest.raises(GhostifyError, match=f"share-layers before {step}"):

@@ -118,6 +118,9 @@ class ArchitectureAdapter:
     pre_norm: bool = False
     #: why the layers cannot be shared across depth (None: they can); ``share-layers`` refuses with it
     layers_not_interchangeable: str | None = None
+    #: config keys holding one entry per layer (ModernBERT's ``layer_types``): ``drop-layers`` keeps the
+    #: kept layers' entries, so that the config builds each kept layer as it was
+    per_layer_config_keys: tuple[str, ...] = ()
 
     # ----- configuration -------------------------------------------------------------------
     def num_heads(self, config) -> int:
@@ -185,6 +188,11 @@ class ArchitectureAdapter:
     def paths(self, config) -> LayerPaths:
         """Where the projections sit inside one layer of this family."""
         return self.layout
+
+    def first_layer_fixed(self, config) -> str | None:
+        """Why the first layer must stay first (the config builds it unlike the others, or the
+        encoder runs something after it alone), or None; ``drop-layers`` then always keeps it."""
+        return None
 
     def set_dropout(self, config, dropout: float | None, attention_dropout: float | None) -> None:
         """Set the dropout probabilities on ``config`` before a model is built from it (None: keep)."""

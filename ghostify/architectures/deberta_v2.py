@@ -35,3 +35,10 @@ class DebertaV2Adapter(ArchitectureAdapter):
             if "p2c" in pos_types:
                 extra.append("attention.self.pos_query_proj")
         return replace(self.layout, extra_head_outputs=tuple(extra))
+
+    def first_layer_fixed(self, config) -> str | None:
+        # DebertaV2Encoder: `if i == 0 and self.conv is not None` (DeBERTa-v2 xlarge/xxlarge)
+        kernel = getattr(config, "conv_kernel_size", 0) or 0
+        if kernel <= 0:
+            return None
+        return f"this DeBERTa-v2 runs a convolution after its first layer (conv_kernel_size={kernel})"

@@ -33,3 +33,8 @@ class ModernBertAdapter(ArchitectureAdapter):
         "ModernBERT layers are not interchangeable: layer 0 has no attention norm and the layers alternate "
         "sliding-window and global attention"
     )
+    # the config's attention pattern (sliding or global) per layer
+    per_layer_config_keys = ("layer_types",)
+
+    def first_layer_fixed(self, config) -> str | None:
+        return "ModernBERT builds its first layer without an attention norm"

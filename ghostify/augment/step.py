@@ -16,7 +16,7 @@ from ..data import label_kind, load_split, resolve_task
 from ..device import default_device
 from ..errors import CheckpointError, DataError
 from ..files import atomic_directory, check_output_dir
-from ..settings import DataSettings
+from ..settings import AugmentDefaults, DataSettings
 from ..tasks import kind_for
 from ..tokenization import check_max_length
 from .inputs import check_settings, checked_tokenizer, mlm_tokenizer, require_masked_lm
@@ -65,13 +65,13 @@ def augment(
     text_columns: tuple[str, ...] | None = None,
     label_column: str | None = None,
     per_example: int | None = None,
-    replace_prob: float = 0.4,
-    top_k: int = 15,
+    replace_prob: float = AugmentDefaults.replace_prob,
+    top_k: int = AugmentDefaults.top_k,
     label_with: str | os.PathLike | None = None,
     max_samples: int | None = None,
     max_length: int = DataSettings.max_length,
-    batch_size: int = 64,
-    seed: int = 0,
+    batch_size: int = AugmentDefaults.batch_size,
+    seed: int = AugmentDefaults.seed,
     overwrite: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> AugmentResult:

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.table import Table
 
 from ..methods import describe_all
 from .console import err, human, out
 
-if TYPE_CHECKING:  # both load torch, which `ghostify --help` must not
-    from ..methods.pruning import ImportanceScores
-    from ..record import GhostifyRecord
 
 
-def print_importance(scores: ImportanceScores) -> None:
+def print_importance(scores: Any) -> None:
+    """The table of ``ghostify importance``'s scores (``ImportanceScores``: heads and FFN per layer)."""
     meta = scores.metadata
     table = Table(title=f"importance on {meta.get('samples')} {meta.get('split', '')} samples of {meta.get('task', '')}", title_style="bold")
     for column in ("layer", "heads by score", "head score (max / mean)", "FFN score (max / mean)"):
@@ -24,11 +22,6 @@ def print_importance(scores: ImportanceScores) -> None:
         order = " ".join(str(j) for j in h.argsort(descending=True).tolist())
         table.add_row(str(i), order, f"{h.max():.3g} / {h.mean():.3g}", f"{f.max():.3g} / {f.mean():.3g}")
     err.print(table)
-
-
-def print_structure(record: GhostifyRecord) -> None:
-    heads = record.heads_per_layer
-    err.print(f"heads per layer: {heads}  FFN per layer: {record.ffn}")
 
 
 def print_info(data: dict[str, Any]) -> None:

@@ -26,7 +26,8 @@ from ..architectures import get_adapter
 from ..checkpoint import WEIGHTS_NAME, model_record
 from ..errors import GhostifyError
 from ..files import copy_tokenizer
-from ..methods import METHODS
+from ..methods import export_refusals, hook_module, lazy
+from ..methods import methods as registered
 from ..pooling import copy_sentence_transformers
 from ..record import RECORD_KEY
 from ..version import __version__
@@ -54,7 +55,8 @@ class HFExport:
 def needs_code(model: nn.Module, record: Any) -> bool:
     """Whether a stock config cannot describe the structure ``record`` gives ``model``."""
     adapter = get_adapter(model.config)
-    if any(getattr(record, m.record_key, None) for m in METHODS if m.tracked):
+    stock = {m.name for m in registered() if m.stock}
+    if set(record.methods) - stock:  # a method a stock config cannot describe (pruning's widths: below)
         return True
     full = list(range(adapter.num_units(model.config)))
     # all heads kept in another order is stock unless the family has per-head state outside the
@@ -87,10 +89,9 @@ def write_hf(model: nn.Module, directory: Path, *, source: str | Path,
     around it the layout of the ``sentence_transformers`` model it came from, if any
     (:func:`sentence_transformers_source`)."""
     record = model_record(model)
-    if record.references:
-        raise GhostifyError(f"{source} has RefBERT reference attention: its reference store (references.safetensors) "
-                            "is read by ghostify's loader, which a stock from_pretrained does not run; "
-                            "export the model distilled without --references")
+    refusals = export_refusals(record, "hf")
+    if refusals:
+        raise GhostifyError(f"{source} {refusals[0]}")
     config = copy.deepcopy(model.config)
     stock = not needs_code(model, record)
     classes: dict[str, str] = {}
@@ -133,20 +134,23 @@ def drop_auto_map(config: Any) -> None:
 
 def write_code(directory: Path, classes: dict[str, type]) -> list[str]:
     """The modeling file, the structure entry point and the flattened structure code."""
-    restores = [m.restore.__module__ for m in METHODS]
-    modules = closure([*restores, "ghostify.architectures", "ghostify.record", "ghostify.methods.sharing.modules"])
+    methods = registered()
+    restores = [hook_module(m.restore) for m in methods]
+    finishes = [(m, hook_module(m.finish_export), m.finish_export.function) for m in methods if m.finish_export is not None]
+    modules = closure([*restores, *(module for _, module, _ in finishes), "ghostify.architectures", "ghostify.record"])
     files = write_flat(modules, directory)
-    imports = "\n".join(f"from .{flat_name(module)} import restore as restore_{m.name}"
-                        for module, m in zip(restores, METHODS))
+    imports = "\n".join(f"from .{flat_name(module)} import {m.restore.function if isinstance(m.restore, lazy) else 'restore'} "
+                        f"as restore_{m.name}" for module, m in zip(restores, methods))
+    imports += "".join(f"\nfrom .{flat_name(module)} import {function} as finish_{m.name}" for m, module, function in finishes)
+    finish_calls = "".join(f"\n    if record.entry({m.name!r}):\n        finish_{m.name}(model)" for m, _, _ in finishes)
     (directory / f"{STRUCTURE}.py").write_text(f'''"""Written by ghostify {__version__}: rebuild the structure recorded in config.json ("{RECORD_KEY}")
 on a freshly built model, method by method in ghostify's order, before its weights load."""
 
 from .{flat_name("ghostify.architectures")} import get_adapter
-from .{flat_name("ghostify.methods.sharing.modules")} import declare_shared_tensors
 from .{flat_name("ghostify.record")} import RECORD_KEY, GhostifyRecord
 {imports}
 
-RESTORES = ({", ".join(f"restore_{m.name}" for m in METHODS)},)
+RESTORES = ({", ".join(f"restore_{m.name}" for m in methods)},)
 
 
 def restore_structure(model):
@@ -155,9 +159,7 @@ def restore_structure(model):
     adapter = get_adapter(config)
     source = str(getattr(config, "_name_or_path", "") or ".")
     for restore in RESTORES:
-        restore(model, adapter, record, source)
-    if record.sharing:  # save_pretrained writes a shared tensor once, as a tie
-        declare_shared_tensors(model)
+        restore(model, adapter, record, source){finish_calls}
 ''', encoding="utf-8")
     names = sorted(classes)
     bodies = "\n\n".join(f'''class {name}(transformers.{name}):

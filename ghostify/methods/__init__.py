@@ -1,29 +1,36 @@
-"""The structural compression methods, listed once.
+"""The structural compression methods, listed once: the only door through which the rest of
+ghostify (checkpoints, the record, ``info``, ``export``, the CLI and the recipe runner) reaches them.
 
 ``METHODS`` is the order in which ``load_model`` rebuilds a checkpoint's structure before its
-weights load strictly: sharing first (later steps see the distinct layers), then pruning (the
-widths), grouped layers (built at those widths), ghost modules (wrapping the projections),
-factorised embeddings and reference attention. Adding a method is one module here (its
-:class:`~ghostify.methods.base.Method`) and one line below.
+weights load strictly: sharing first (later steps see the distinct layers), then dropped layers,
+pruning (the widths), grouped layers (built at those widths), ghost modules (wrapping the
+projections), factorised embeddings and reference attention. Adding a method is one folder here
+(its :class:`~ghostify.methods.base.Method`) and one line in :func:`_shipped`; a method from
+another package registers itself through the ``ghostify.methods`` entry point group (the entry
+point names its ``Method``), or with :func:`register` before it is used.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..lazy import lazy_exports
-from .base import Method, check_order, order_problem, register
+from ..errors import CheckpointError
+from .base import DEFAULT_SEED, Context, Entry, Method, add, check_order, lazy, order_problem, registry, set_loader, setting
 
 if TYPE_CHECKING:
     from torch import nn
 
     from ..architectures import ArchitectureAdapter
+    from ..record import GhostifyRecord
+
+#: the entry point group through which an installed package adds a method
+ENTRY_POINT_GROUP = "ghostify.methods"
 
 
-def _methods() -> tuple[Method, ...]:
-    """The registry, in restore order (its modules load torch: built on first use, so that a
-    method's settings, which the CLI reads at start-up, import without it)."""
+def _shipped() -> tuple[Method, ...]:
+    """The methods ghostify ships, in restore order (their declarations import no torch)."""
     from . import embeddings, ghost, grouped, pruning, references, sharing
 
     return (
@@ -36,37 +43,155 @@ def _methods() -> tuple[Method, ...]:
     )
 
 
-def _methods_by_name() -> dict[str, Method]:
-    return {m.name: m for m in _registered()}
+def _load() -> tuple[Method, ...]:
+    from importlib.metadata import entry_points
+
+    plugins = []
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        method = point.load()
+        if not isinstance(method, Method):
+            raise TypeError(f"entry point {point.name} = {point.value} ({ENTRY_POINT_GROUP}) is not a ghostify Method")
+        plugins.append(method)
+    return (*_shipped(), *plugins)
 
 
-#: METHODS (the tuple above) and BY_NAME (name -> method), built on first use
-__getattr__, __dir__ = lazy_exports(__name__, {}, {"METHODS": _methods, "BY_NAME": _methods_by_name})
+set_loader(_load)
 
 
-def _registered() -> tuple[Method, ...]:
-    """``METHODS`` as this module holds it now (a module's own code does not reach its
-    ``__getattr__`` by the bare name)."""
-    return __getattr__("METHODS")
+def register(method: Method) -> Method:
+    """Add ``method`` to the registry (after the shipped ones and the entry points'); returns it."""
+    add(method)
+    return method
 
 
-register(_registered)
+def methods() -> tuple[Method, ...]:
+    """Every registered method, in restore order."""
+    return registry()
 
 
-def restore_all(model: nn.Module, adapter: ArchitectureAdapter, record: Any, source: str) -> None:
+def by_name(name: str) -> Method:
+    return next(m for m in registry() if m.name == name)
+
+
+def applied_by(command: str) -> Method | None:
+    """The method the command ``command`` applies on its own (``prune``: pruning), or None."""
+    return next((m for m in registry() if m.command == command and m.apply is not None), None)
+
+
+def __getattr__(name: str) -> Any:  # METHODS and BY_NAME, as they are now (plug-ins may register late)
+    if name == "METHODS":
+        return registry()
+    if name == "BY_NAME":
+        return {m.name: m for m in registry()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def restore_all(model: nn.Module, adapter: ArchitectureAdapter, record: GhostifyRecord, source: str) -> None:
     """Rebuild every recorded structural change of ``record`` on a freshly built ``model``."""
-    for method in _registered():
+    for method in registry():
         method.restore(model, adapter, record, source)
+
+
+def validate_record(record: GhostifyRecord, config: Any, source: str) -> None:
+    """Refuse a record with an entry no registered method reads (a newer ghostify's, or a plug-in's
+    that is not installed), of a newer format, or that its method finds tampered with."""
+    known = {m.name: m for m in registry()}
+    for name, entry in record.methods.items():
+        method = known.get(name)
+        if method is None:
+            raise CheckpointError(f"{source} records a method {name!r} that this ghostify does not know: it was written by "
+                                  "a newer ghostify or with a plug-in method; upgrade ghostify or install the plug-in")
+        if not isinstance(entry, dict):
+            raise CheckpointError(f"corrupt ghostify record in {source}: methods.{name} = {entry!r}: expected a mapping; "
+                                  "re-create the checkpoint")
+        try:
+            version = int(entry.get("format", 1))
+        except (TypeError, ValueError):
+            raise CheckpointError(f"corrupt ghostify record in {source}: methods.{name}.format = {entry.get('format')!r}: "
+                                  "expected an integer; re-create the checkpoint") from None
+        if version > method.entry_format:
+            raise CheckpointError(f"{source} was written by a newer ghostify ({name} record format {version}); "
+                                  "upgrade ghostify")
+        if method.validate is not None:
+            method.validate(entry, config, source)
+
+
+def distinct_layers(config: Any, adapter: ArchitectureAdapter, record: GhostifyRecord) -> int:
+    """How many distinct layers ``config`` builds with ``record``'s methods."""
+    for method in registry():
+        if method.distinct_layers is not None:
+            count = method.distinct_layers(config, adapter, record.entry(method.name))
+            if count is not None:
+                return count
+    return adapter.num_layers(config)
+
+
+def save_all(model: nn.Module, directory: Any, record: GhostifyRecord) -> None:
+    """Every method's extra files beside the weights; a hook may complete its entry."""
+    for method in registry():
+        entry = record.entry(method.name)
+        if method.save is not None and entry:
+            record.methods[method.name] = method.save(model, directory, entry)
+
+
+def measure_all(model: nn.Module, flop_counts: Any) -> dict[str, Any]:
+    """What every method measures on a loaded model, for ``ghostify info``."""
+    out: dict[str, Any] = {}
+    for method in registry():
+        if method.measure is not None:
+            out.update(method.measure(model, flop_counts))
+    return out
+
+
+def layer_origin(record: GhostifyRecord | None) -> tuple[list[int], int] | None:
+    """Which layers of the ``of``-layer model it was made from ``record``'s model's layers are
+    (``(kept, of)``), when a method says so; else None."""
+    for method in registry():
+        entry = record.entry(method.name) if record is not None else None
+        if entry and method.layer_origin is not None:
+            return method.layer_origin(entry)
+    return None
 
 
 def describe_all(info: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Every method's rows for ``ghostify info``, in the registry's order."""
-    return [row for method in _registered() for row in method.describe(info)]
+    return [row for method in registry() for row in method.describe(info)]
 
 
 def stage_methods(command: str, settings: Mapping[str, Any]) -> list[Method]:
     """The methods a recipe stage of ``command`` with ``settings`` applies."""
-    return [m for m in _registered() if m.applies(command, settings)]
+    return [m for m in registry() if m.applies(command, settings)]
 
 
-__all__ = ["BY_NAME", "METHODS", "Method", "check_order", "describe_all", "order_problem", "restore_all", "stage_methods"]
+def applied_names(record: GhostifyRecord | None) -> dict[str, str]:
+    """name -> "the model" for every method ``record`` says ran."""
+    return {m.name: "the model" for m in registry() if m.present(record)}
+
+
+def export_refusals(record: GhostifyRecord, format: str) -> list[str]:
+    """Why a model with ``record`` cannot be exported to ``format`` (one reason per method)."""
+    out = []
+    for method in registry():
+        entry = record.entry(method.name)
+        if entry and method.export_refusal is not None:
+            reason = method.export_refusal(entry, format)
+            if reason:
+                out.append(reason)
+    return out
+
+
+def hook_module(hook: Any) -> str:
+    """The module a hook's code lives in (what an export flattens beside the model)."""
+    return hook.module if isinstance(hook, lazy) else hook.__module__
+
+
+def method_module(method: Method, part: str) -> Any:
+    """A part (``"apply"``, ``"modules"``) of a method's own package, for code that runs a method
+    by its registry entry (the package is where the ``restore`` hook lives)."""
+    package = hook_module(method.restore).rpartition(".")[0]
+    return importlib.import_module(f"{package}.{part}")
+
+
+__all__ = ["DEFAULT_SEED", "ENTRY_POINT_GROUP", "Context", "Entry", "METHODS", "Method", "applied_by", "applied_names", "by_name", "check_order",
+           "describe_all", "distinct_layers", "export_refusals", "hook_module", "layer_origin", "lazy", "measure_all", "methods", "order_problem",
+           "register", "restore_all", "save_all", "setting", "stage_methods", "validate_record"]

@@ -15,7 +15,7 @@ from ..export.runtime import onnx_path
 from ..steps.info import report_size
 
 if TYPE_CHECKING:
-    from .run import PlannedStage
+    from .plan import PlannedStage
     from .schema import Recipe
 
 REPORT_JSON = "report.json"

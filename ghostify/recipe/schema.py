@@ -22,7 +22,6 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -30,7 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from .. import steps
 from ..errors import GhostifyError
 from ..flatten import EMPTY, flat_parameters
-from ..methods import METHODS, order_problem, stage_methods
+from ..methods import applied_names, methods, order_problem, stage_methods
+from ..record import GhostifyRecord
 from ..settings import DataSettings, TaskSettings
 from .yaml_source import MAX_BYTES, MAX_VALUES, Location, RecipeSource
 
@@ -56,11 +56,8 @@ class Command:
 
 COMMANDS: dict[str, Command] = {
     "importance": Command("importance", steps.importance, "model", "model"),
-    "prune": Command("prune", steps.prune, "model", "model"),
-    "attach-ghost": Command("attach-ghost", steps.attach_ghost, "model", "model"),
-    "group-linear": Command("group-linear", steps.group_linear, "model", "model"),
-    "factorize-embeddings": Command("factorize-embeddings", steps.factorize_embeddings, "model", "model"),
-    "share-layers": Command("share-layers", steps.share_layers, "model", "model"),
+    # every registered method that a command of its own applies (prune, attach-ghost, drop-layers, ...)
+    **{name: Command(name, step, "model", "model") for name, step in steps.method_steps().items()},
     "augment": Command("augment", steps.augment, None, "dataset"),
     "distill": Command("distill", steps.distill, "student", "model", trains=True),
     "finetune": Command("finetune", steps.finetune, "model", "model", trains=True),
@@ -340,8 +337,11 @@ def _methods_of_model(model: str | None) -> dict[str, str]:
         return {}  # an unreadable config is reported when the stage loads it
     if not isinstance(record, dict):
         return {}
-    present = SimpleNamespace(**{m.record_key: record.get(m.record_key) for m in METHODS})
-    return {m.name: f"the model {model}" for m in METHODS if m.present(present)}
+    try:
+        present = GhostifyRecord.from_dict(record, str(config))
+    except GhostifyError:
+        return {}  # reported when the stage loads it
+    return {name: f"the model {model}" for name in applied_names(present)}
 
 
 def _check_order(source: RecipeSource, header: RecipeHeader, stages: list[Stage]) -> list[str]:
@@ -375,7 +375,7 @@ def _check_order(source: RecipeSource, header: RecipeHeader, stages: list[Stage]
                     "move the teacher's stage before it"
                 )
         for method in stage_methods(stage.command.name, stage.settings):
-            problem = order_problem(method, applied, METHODS)
+            problem = order_problem(method, applied, methods())
             if problem is not None:
                 problems.append(f"{source.where(stage.location)}: {problem}")
             applied[method.name] = f"the output of stage {stage.index + 1} ({stage.command.name})"

@@ -1,18 +1,43 @@
 """One function per command: what the CLI and recipes call, with the options as arguments (the
-shared ones as settings dataclasses, ``ghostify.settings``, or as flat keywords)."""
+shared ones as settings dataclasses, ``ghostify.settings``, or as flat keywords).
+
+The structural commands (``prune``, ``attach-ghost``, ``drop-layers``, ...) are one generic step,
+:func:`apply_method`, made into a function per registered method on first use
+(``steps.prune``, ``steps.attach_ghost``, ``steps.drop_layers``: the command's name with
+underscores)."""
+
+from __future__ import annotations
+
+from typing import Any
 
 from ..augment import augment
-from .attach_ghost import attach_ghost
+from .apply_method import apply_method, method_step
 from .bench import bench
 from .distill import distill
 from .evaluate import evaluate
 from .export import export
-from .factorize_embeddings import factorize_embeddings
 from .finetune import finetune
-from .group_linear import group_linear
 from .importance import importance
 from .info import info
-from .prune import prune
-from .share_layers import share_layers
 
-__all__ = ["attach_ghost", "augment", "bench", "distill", "evaluate", "export", "factorize_embeddings", "finetune", "group_linear", "importance", "info", "prune", "share_layers"]
+
+def __getattr__(name: str) -> Any:
+    from ..methods import applied_by
+
+    method = applied_by(name.replace("_", "-"))
+    if method is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    step = method_step(method)
+    globals()[name] = step
+    return step
+
+
+def method_steps() -> dict[str, Any]:
+    """The step of every registered method that a command of its own applies, by command name."""
+    from ..methods import methods
+
+    return {m.command: __getattr__(m.command.replace("-", "_")) for m in methods() if m.apply is not None}
+
+
+__all__ = ["apply_method", "augment", "bench", "distill", "evaluate", "export", "finetune", "importance", "info",
+           "method_step", "method_steps"]

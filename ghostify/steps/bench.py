@@ -16,6 +16,7 @@ from ..checkpoint import load_config, load_model
 from ..errors import GhostifyError
 from ..export.onnx import example_batch, input_names
 from ..export.runtime import OnnxModel, onnx_path
+from ..settings import BenchDefaults
 
 
 #: what an allocation failure says, in PyTorch (CPU allocator), ONNX Runtime and C++ (bad_alloc)
@@ -116,11 +117,11 @@ def _runner(model: str | os.PathLike, batch: int, length: int, threads: int) -> 
 def bench(
     models: Sequence[str | os.PathLike],
     *,
-    batch_size: int = 1,
-    seq_len: int = 128,
-    threads: int = 1,
-    rounds: int = 20,
-    warmup: int = 3,
+    batch_size: int = BenchDefaults.batch_size,
+    seq_len: int = BenchDefaults.seq_len,
+    threads: int = BenchDefaults.threads,
+    rounds: int = BenchDefaults.rounds,
+    warmup: int = BenchDefaults.warmup,
 ) -> list[dict[str, Any]]:
     """Median latency of each of ``models`` (checkpoints, export directories, ``.onnx`` files) over
     ``rounds`` rounds, the models taking turns within each round (so that a slower or busier

@@ -14,15 +14,19 @@ from ..errors import GhostifyError
 from ..files import check_disjoint, check_output_dir
 from ..flatten import flat_settings
 from ..methods.references import check_reference_family
+from ..methods import by_name
 from ..seeding import seed_everything
 from ..settings import DataSettings, DistillWeights, StudentSettings, TaskSettings, TrainSettings
-from ..training.layer_map import build_layer_map
+from ..training.layer_map import build_layer_map, kept_layers
 from ..training.loop import TrainResult, partial_dir
 from ..training.loop import train as run_training
 from ..training.objectives import DistillObjective
 from ..training.reference_distill import ReferenceDistillObjective, check_reference_options, prepare_references
 from .common import check_max_length, check_same_tokenizer
 from .training_common import plain_arguments, set_trainable, student_saver, task_inputs, task_kind
+
+#: RefBERT's settings (``--references``, ``--reference-delta``), declared by the method
+REFERENCES = by_name("references").settings
 
 
 @flat_settings
@@ -34,8 +38,8 @@ def distill(
     data: DataSettings = DataSettings(),
     task_settings: TaskSettings = TaskSettings(),
     losses: DistillWeights = DistillWeights(),
-    references: bool = False,
-    reference_delta: float = 0.01,
+    references: bool = REFERENCES.references,
+    reference_delta: float = REFERENCES.reference_delta,
     layer_map: str | None = None,
     student_settings: StudentSettings = StudentSettings(),
     training: TrainSettings = TrainSettings(),
@@ -86,7 +90,8 @@ def distill(
         train_rows, reference_module = prepare_references(student_model, teacher_model, task.train_rows, task.collate,
                                                           delta=reference_delta, teacher_source=str(teacher))
     set_trainable(student_model, student_settings.train)
-    mapping = build_layer_map(_depth(student_model), _depth(teacher_model), layer_map)
+    mapping = build_layer_map(_depth(student_model), _depth(teacher_model), layer_map,
+                              kept=kept_layers(student_model, _depth(teacher_model)))  # a drop-layers student
     objective = DistillObjective(student_model, teacher_model, weights=losses, layer_map=mapping,
                                  kind=task.kind) if not references else \
         ReferenceDistillObjective(student_model, teacher_model, weights=losses, layer_map=mapping,

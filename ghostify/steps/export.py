@@ -23,7 +23,9 @@ from ..export.onnx import example_batch, input_names, require_onnx, write_onnx
 from ..export.runtime import onnx_path
 from ..files import atomic_directory, check_output_dir, copy_tokenizer
 from ..hub import hub_target, push_folder
+from ..methods import export_refusals
 from ..pooling import Pooling, export_layout_source, read_modules
+from ..settings import ExportDefaults
 
 FORMATS = ("hf", "onnx")
 QUANTIZATIONS = ("int8",)
@@ -35,7 +37,7 @@ def export(
     model: str | os.PathLike,
     output: str | os.PathLike,
     *,
-    format: str = "hf",
+    format: str = ExportDefaults.format,
     quantize: str | None = None,
     push_to_hub: str | None = None,
     private: bool = False,
@@ -69,11 +71,9 @@ def export(
         raise GhostifyError(f"{model} is an ONNX export, which export cannot read back; export the checkpoint it was "
                             "made from")
     record = read_record(load_config(model))
-    if record is not None and record.references:
-        raise GhostifyError(f"{model} has RefBERT reference attention, which --format {format} cannot carry: its "
-                            "reference store (references.safetensors) is read by ghostify's loader, which neither "
-                            "a stock from_pretrained nor ONNX Runtime runs; export the model distilled without "
-                            "--references")
+    refusals = export_refusals(record, format) if record is not None else []
+    if refusals:  # a method whose structure the format cannot carry
+        raise GhostifyError(f"{model} {refusals[0]}")
     # the sentence-transformers model it came from is read too (its pooling, normalisation)
     origin = export_layout_source(Path(model), record)
     out = check_output_dir(output, overwrite=overwrite, inputs=(model, *([origin] if origin else [])))

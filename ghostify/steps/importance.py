@@ -14,7 +14,7 @@ from ..flatten import flat_settings
 from ..methods.pruning import SCORES_NAME, ImportanceScores, compute_importance
 from ..record import history_entry
 from ..seeding import seed_everything
-from ..settings import DataSettings, TaskSettings
+from ..settings import DataSettings, ImportanceDefaults, TaskSettings
 from ..tasks import dataset_for
 from .common import check_max_length, check_positive, default_device, load_tokenizer
 from .training_common import task_kind
@@ -32,11 +32,11 @@ def importance(
     text_columns: tuple[str, ...] | None = None,
     label_column: str | None = None,
     task_settings: TaskSettings = TaskSettings(),
-    samples: int | None = 2048,
-    batch_size: int = 32,
+    samples: int | None = ImportanceDefaults.samples,
+    batch_size: int = ImportanceDefaults.batch_size,
     max_length: int = DataSettings.max_length,
     label_free: bool = False,
-    seed: int = 0,
+    seed: int = ImportanceDefaults.seed,
     overwrite: bool = False,
     progress=None,
 ) -> ImportanceScores:

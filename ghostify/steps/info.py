@@ -13,12 +13,12 @@ from ..errors import GhostifyError
 from ..export.onnx import ONNX_NAME
 from ..export.runtime import onnx_path
 from ..flops import measure
-from ..methods.ghost import ghost_flops, ghost_params
-from ..methods.references import find_references
+from ..methods import measure_all, methods
+from ..settings import InfoDefaults
 from .common import max_tokens
 
 
-def info(model: str | os.PathLike, *, seq_len: int = 128) -> dict[str, Any]:
+def info(model: str | os.PathLike, *, seq_len: int = InfoDefaults.seq_len) -> dict[str, Any]:
     """Parameters, FLOPs (batch 1, ``seq_len`` tokens, embedding lookup excluded), heads and FFN
     size per distinct layer (shared layers and parameters counted once; ``layer_applications``
     says how often each layer runs), ghost settings, factorised embeddings, sharing and history,
@@ -40,25 +40,22 @@ def info(model: str | os.PathLike, *, seq_len: int = 128) -> dict[str, Any]:
         "model_type": net.config.model_type,
         "class": type(net).__name__,
         **size.as_dict(),
-        # distill --references: the pre-computed store the student reads at inference, beside its parameters
-        "reference_store": _reference_store(net),
-        "ghost_params": ghost_params(net),
-        "ghost_flops": ghost_flops(counter.get_flop_counts()),
+        # what each method measures on the loaded model: its parameters' and FLOPs' share, a store beside them
+        **measure_all(net, counter.get_flop_counts()),
         "seq_len": seq_len,
         "layers": len(record.heads),
         "heads_per_layer": record.heads_per_layer,
         "ffn_per_layer": list(record.ffn),
         "kept_heads": record.heads,
-        "ghost": record.ghost,
-        "grouped": record.grouped,  # group-linear: groups, modules, kept weight norm
-        "embeddings": record.embeddings,  # factorize-embeddings: rank, error, parameters saved
-        "sharing": record.sharing,  # share-layers: groups (ALBERT's own sharing shows in layer_applications)
+        "methods": record.methods,
+        # each tracked method's record entry also under its own name (None when not applied)
+        **{m.name: record.entry(m.name) for m in methods() if m.tracked},
         "layer_applications": get_adapter(net.config).layer_applications(net),
         "history": record.history,
     }
 
 
-def report_size(model: str | os.PathLike, seq_len: int = 128) -> dict[str, Any]:
+def report_size(model: str | os.PathLike, seq_len: int = InfoDefaults.seq_len) -> dict[str, Any]:
     """``info`` at ``seq_len`` tokens, or at all the model can read when that is fewer (a recipe's
     report and dry run must not fail on a model with a short position table)."""
     return info(model, seq_len=min(seq_len, max_tokens(load_config(model))))
@@ -80,11 +77,3 @@ def _check_seq_len(model: str | os.PathLike, seq_len: int) -> None:
     limit = max_tokens(load_config(model))
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or not 1 <= seq_len <= limit:
         raise GhostifyError(f"--seq-len {seq_len!r} must be between 1 and the {limit} tokens {model} can read")
-
-
-def _reference_store(net) -> dict[str, Any] | None:
-    module = find_references(net)
-    if module is None or module.offsets is None:
-        return None
-    return {"bytes": module.store_bytes(), "entries": module.entries, "tokens": int(module.offsets[-1]),
-            "delta": module.delta, "retrieval_agreement": module.agreement}

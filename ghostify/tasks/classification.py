@@ -9,8 +9,8 @@ import torch
 
 from ..data import TaskData, label_kind, tokenize
 from ..data.labels import model_label_names
+from ..example_loss import per_example_loss
 from ..heads import classifier_labels
-from ..methods.pruning.importance import per_example_loss
 from ..training.baseline import constant_baseline
 from ..training.loop import Evaluation
 from ..training.loop import evaluate as classification_metrics

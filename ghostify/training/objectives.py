@@ -4,7 +4,7 @@ wrapped for data-parallel training, and runs in eval mode without gradients."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -17,10 +17,19 @@ from ..settings import DistillWeights
 from .capture import capture, enable_score_capture
 from .layer_map import LayerMap
 from .loop import Objective
-
-if TYPE_CHECKING:
-    from ..tasks import TaskKind
 from .losses import attention_score_mse, masked_mse
+
+
+class TaskLosses(Protocol):
+    """What an objective reads from a task kind: every ``ghostify.tasks.TaskKind`` is one (the task
+    kinds sit a layer above training and import it, so training names only this shape)."""
+
+    def inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
+
+    def task_loss(self, output: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor: ...
+
+    def teacher_loss(self, student: Any, teacher: Any, batch: dict[str, torch.Tensor],
+                     temperature: float) -> torch.Tensor: ...
 
 
 def _teacher_forward(teacher: nn.Module, device: torch.device, **kwargs):
@@ -35,7 +44,7 @@ class FinetuneObjective(Objective):
     """The task's loss (cross-entropy, MSE for regression, per token, or over answer starts and
     ends: ``kind.task_loss``); with a teacher, ``(1 - w)·task + w·teacher loss`` (``kind.teacher_loss``)."""
 
-    def __init__(self, student: nn.Module, kind: TaskKind, *, teacher: nn.Module | None = None,
+    def __init__(self, student: nn.Module, kind: TaskLosses, *, teacher: nn.Module | None = None,
                  teacher_weight: float = 1.0, temperature: float = 1.0):
         super().__init__()
         self.student = student
@@ -96,7 +105,7 @@ class DistillObjective(Objective):
     bridge different hidden sizes; the SOP classifier reads the student's first-token output."""
 
     def __init__(self, student: nn.Module, teacher: nn.Module, *, weights: DistillWeights, layer_map: LayerMap,
-                 kind: TaskKind):
+                 kind: TaskLosses):
         super().__init__()
         weights.validate()
         self.student = student

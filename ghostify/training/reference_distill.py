@@ -12,9 +12,7 @@ from torch import nn
 from ..architectures import get_adapter
 from ..checkpoint import model_record
 from ..errors import GhostifyError
-from ..methods.references.apply import install_references, reference_record
-from ..methods.references.settings import check_delta
-from ..methods.references.store import build_store
+from ..methods.references import build_store, check_delta, install_references, reference_record
 from ..record import RECORD_KEY
 from .objectives import DistillObjective
 
@@ -41,7 +39,7 @@ def prepare_references(student: nn.Module, teacher: nn.Module, rows, collate, *,
     module = install_references(student, teacher_hidden=t_hidden, delta=delta)
     module.load_store(store, next(student.parameters()).device)
     record = copy.deepcopy(model_record(student))
-    record.references = reference_record(module, teacher=teacher_source, teacher_hidden=t_hidden, student_hidden=s_hidden)
+    record.methods["references"] = reference_record(module, teacher=teacher_source, teacher_hidden=t_hidden, student_hidden=s_hidden)
     setattr(student.config, RECORD_KEY, record.to_dict())
     return rows.add_column(REFERENCE_COLUMN, store.neighbours.tolist()), module
 

@@ -1,18 +1,8 @@
-"""Importing this package registers every command on the Typer app."""
+"""Importing this package registers every command on the Typer app (the structural methods'
+commands are generated from the registry: :mod:`.methods`)."""
 
-from . import (  # noqa: F401  # noqa: F401
-    attach_ghost,
-    augment,
-    bench,
-    distill,
-    evaluate,
-    export,
-    factorize_embeddings,
-    finetune,
-    group_linear,  # noqa: F401
-    importance,
-    info,
-    prune,
-    run,
-    share_layers,
-)
+from . import augment, bench, distill, evaluate, export, finetune, importance, info, methods, run  # noqa: F401
+from ..app import app
+
+# --help lists the commands by name, wherever they were declared
+app.registered_commands.sort(key=lambda command: command.name or command.callback.__name__.replace("_", "-"))

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from ...settings import DataSettings
+from ...settings import AugmentDefaults, DataSettings
 from ..app import app
 from ..console import err, progress
 from ..options import Dataset, LabelColumn, MaxLength, MaxSamples, Overwrite, Seed, Task, TextColumns, split_columns
@@ -33,13 +33,13 @@ def augment(
     text_columns: TextColumns = None,
     label_column: LabelColumn = None,
     per_example: Annotated[Optional[int], typer.Option("--per-example", min=1, help="New examples per training example (N); default from the task as in TinyBERT: 20 for sst2/qnli, 10 for mnli/qqp, 30 otherwise.", show_default=False)] = None,
-    replace_prob: Annotated[float, typer.Option("--replace-prob", min=0.0, max=1.0, help="Probability p that each replaceable word is replaced in a new example.")] = 0.4,
-    top_k: Annotated[int, typer.Option("--top-k", min=1, help="Candidates per word: the masked LM's K most likely whole words.")] = 15,
+    replace_prob: Annotated[float, typer.Option("--replace-prob", min=0.0, max=1.0, help="Probability p that each replaceable word is replaced in a new example.")] = AugmentDefaults.replace_prob,
+    top_k: Annotated[int, typer.Option("--top-k", min=1, help="Candidates per word: the masked LM's K most likely whole words.")] = AugmentDefaults.top_k,
     label_with: Annotated[Optional[str], typer.Option("--label-with", help="Label the new examples with this fine-tuned classifier's predictions (argmax; the value for regression) instead of copying the original's label.", show_default=False)] = None,
     max_samples: MaxSamples = None,
     max_length: MaxLength = DataSettings.max_length,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Sequences per forward pass (masked copies for the MLM, new examples for --label-with).")] = 64,
-    seed: Seed = 0,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Sequences per forward pass (masked copies for the MLM, new examples for --label-with).")] = AugmentDefaults.batch_size,
+    seed: Seed = AugmentDefaults.seed,
     overwrite: Overwrite = False,
 ) -> None:
     """Augment a task's training data TinyBERT-style with a masked language model.

@@ -5,6 +5,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from ...settings import BenchDefaults
 from ..app import app
 from ..console import out, print_json
 from ..options import Json
@@ -17,11 +18,11 @@ from ..options import Json
 )
 def bench(
     models: Annotated[list[str], typer.Argument(help="Checkpoints, export directories or .onnx files; the first is the baseline.", show_default=False)],
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per forward pass.")] = 1,
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence (no padding); at most what every model can read.")] = 128,
-    threads: Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch and ONNX Runtime.")] = 1,
-    rounds: Annotated[int, typer.Option("--rounds", help="Timed forward passes per model, the models taking turns.")] = 20,
-    warmup: Annotated[int, typer.Option("--warmup", help="Untimed forward passes per model first.")] = 3,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per forward pass.")] = BenchDefaults.batch_size,
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence (no padding); at most what every model can read.")] = BenchDefaults.seq_len,
+    threads: Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch and ONNX Runtime.")] = BenchDefaults.threads,
+    rounds: Annotated[int, typer.Option("--rounds", help="Timed forward passes per model, the models taking turns.")] = BenchDefaults.rounds,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed forward passes per model first.")] = BenchDefaults.warmup,
     json_output: Json = False,
 ) -> None:
     """Latency of models side by side on this machine: median and quartiles of wall-clock time per

@@ -4,12 +4,16 @@ from typing import Annotated, Optional
 
 import typer
 
+from ...methods import by_name
 from ...settings import DataSettings, DistillWeights, StudentSettings, TaskSettings, TrainSettings
 from ..app import app
 from ..console import err
 from ..options import Output, Overwrite, Resume
 from ..settings_options import settings_options
 from ..summary import print_trained, print_training
+
+#: RefBERT's settings (``--references``, ``--reference-delta``), declared by the method
+REFERENCES = by_name("references").settings
 
 
 @app.command(
@@ -29,8 +33,8 @@ def distill(
     data: DataSettings,
     task_settings: TaskSettings,
     losses: DistillWeights,
-    references: Annotated[bool, typer.Option("--references/--no-references", help="RefBERT: the student's first layer also attends to the teacher's pre-computed representations of the most similar other training example (store saved in the output; retrieved without the teacher at inference).")] = False,
-    reference_delta: Annotated[float, typer.Option("--reference-delta", help="RefBERT's δ subtracted from the first layer's attention weights at real key positions, in (0, 1).")] = 0.01,
+    references: Annotated[bool, typer.Option("--references/--no-references", help="RefBERT: the student's first layer also attends to the teacher's pre-computed representations of the most similar other training example (store saved in the output; retrieved without the teacher at inference).")] = REFERENCES.references,
+    reference_delta: Annotated[float, typer.Option("--reference-delta", help="RefBERT's δ subtracted from the first layer's attention weights at real key positions, in (0, 1).")] = REFERENCES.reference_delta,
     layer_map: Annotated[Optional[str], typer.Option("--layer-map", help="Explicit STUDENT:TEACHER layer pairs, e.g. 1:2,2:4,3:6 (default: one-to-one, or uniform for a shallower student).", show_default=False)] = None,
     student_settings: StudentSettings,
     training: TrainSettings,
@@ -59,7 +63,7 @@ def distill(
     if references:
         from ...checkpoint import load_config, read_record
 
-        store = read_record(load_config(output)).references
+        store = read_record(load_config(output)).entry("references")
         err.print(f"references: {store['entries']} entries, {store['bytes'] / 2**20:.1f} MiB store, retrieval agreement "
                   f"with the teacher's choice {store['retrieval']['agreement']:.3f}")
     print_trained(output)

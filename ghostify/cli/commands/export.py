@@ -4,6 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ...settings import ExportDefaults
 from ..app import app
 from ..console import err, print_json
 from ..options import Json, Model, Output, Overwrite
@@ -19,7 +20,7 @@ from ..options import Json, Model, Output, Overwrite
 def export(
     model: Model,
     output: Output,
-    format: Annotated[str, typer.Option("--format", help="hf: a transformers directory that loads without ghostify (trust_remote_code=True); onnx: an ONNX graph for ONNX Runtime.")] = "hf",
+    format: Annotated[str, typer.Option("--format", help="hf: a transformers directory that loads without ghostify (trust_remote_code=True); onnx: an ONNX graph for ONNX Runtime.")] = ExportDefaults.format,
     quantize: Annotated[Optional[str], typer.Option("--quantize", help="int8: also write model_int8.onnx, ONNX Runtime dynamic quantisation (with --format onnx).", show_default=False)] = None,
     push_to_hub: Annotated[Optional[str], typer.Option("--push-to-hub", help="Then upload the export to this Hugging Face Hub repository (ORG/NAME), as one commit; the repository is created if it does not exist.", show_default=False)] = None,
     private: Annotated[bool, typer.Option("--private", help="With --push-to-hub: create the repository private.")] = False,

@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ...settings import DataSettings, TaskSettings
+from ...settings import DataSettings, ImportanceDefaults, TaskSettings
 from ..app import app
 from ..console import err, progress
 from ..options import (
@@ -39,11 +39,11 @@ def importance(
     label_column: LabelColumn = None,
     *,
     task_settings: TaskSettings,
-    samples: Annotated[Optional[int], typer.Option("--samples", min=1, help="Training examples to score on (a seeded random subset); all if unset.")] = 2048,
-    batch_size: BatchSize = 32,
+    samples: Annotated[Optional[int], typer.Option("--samples", min=1, help="Training examples to score on (a seeded random subset); all if unset.")] = ImportanceDefaults.samples,
+    batch_size: BatchSize = ImportanceDefaults.batch_size,
     max_length: MaxLength = DataSettings.max_length,
     label_free: Annotated[bool, typer.Option("--label-free", help="Score against the model's own predictions (no labels needed).")] = False,
-    seed: Seed = 0,
+    seed: Seed = ImportanceDefaults.seed,
     overwrite: Overwrite = False,
 ) -> None:
     """Score every attention head and FFN neuron by its impact on the loss.

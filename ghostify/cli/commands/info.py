@@ -4,6 +4,7 @@ from typing import Annotated
 
 import typer
 
+from ...settings import InfoDefaults
 from ..app import app
 from ..console import print_json
 from ..options import Json, Model
@@ -18,7 +19,7 @@ from ..summary import print_info
 def info(
     model: Model,
     json_output: Json = False,
-    seq_len: Annotated[int, typer.Option("--seq-len", min=1, help="Sequence length for the FLOP count (batch 1).")] = 128,
+    seq_len: Annotated[int, typer.Option("--seq-len", min=1, help="Sequence length for the FLOP count (batch 1).")] = InfoDefaults.seq_len,
 ) -> None:
     """Parameters, FLOPs, heads and FFN size per layer, ghost settings and history.
 

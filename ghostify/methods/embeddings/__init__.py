@@ -11,21 +11,42 @@ embedding width (ALBERT, ELECTRA: V x E0) factorise that matrix.
 
 from __future__ import annotations
 
-from ..base import Method
-from . import restore
-from .apply import Factorization, embeddings_record, factorize_embeddings
+from ...lazy import lazy_exports
+from ..base import Method, lazy
 from .describe import describe
-from .modules import FactorizedDecoder, FactorizedEmbedding
-from .restore import restore_embeddings
-from .settings import check_rank
+from .settings import FactorizeSettings, check_rank
 
 METHOD = Method(
-    name="embeddings", record_key="embeddings", command="factorize-embeddings", noun="factorised embeddings",
-    restore=restore.restore,
+    name="embeddings", tag="factorized-embeddings", command="factorize-embeddings", noun="factorised embeddings", settings=FactorizeSettings,
+    check=lazy("ghostify.methods.embeddings.apply:check"),
+    apply=lazy("ghostify.methods.embeddings.apply:apply"),
+    restore=lazy("ghostify.methods.embeddings.restore:restore"),
     describe=describe,
+    help="""Factorise the word embeddings into V x E and E x H matrices (ALBERT).
+
+    The factors come from the truncated SVD of the V x H embedding matrix, its best rank-E
+    approximation, so the model keeps working before any training; the relative reconstruction
+    error (Frobenius) says how much changed. A tied masked-LM decoder computes its logits from the
+    same factors. Recover the rest with `ghostify distill` (teacher: the input model).
+    """,
+    examples=(
+        "ghostify factorize-embeddings bert-base-uncased -o out/bert-e128 --rank 128  (23.4M -> 4.0M embedding parameters)",
+        "ghostify factorize-embeddings out/teacher -o out/factorized --rank 128, then ghostify distill --teacher out/teacher",
+    ),
+)
+
+# the rest loads torch: imported on first use, so that the CLI reads .settings without it
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "apply": ("Factorization", "embeddings_record", "factorize_embeddings"),
+        "modules": ("FactorizedDecoder", "FactorizedEmbedding"),
+        "restore": ("restore_embeddings",),
+    },
 )
 
 __all__ = [
+    "FactorizeSettings",
     "Factorization",
     "FactorizedDecoder",
     "FactorizedEmbedding",

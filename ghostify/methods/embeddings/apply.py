@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from ...architectures import get_adapter
+from ..base import Context, Entry
 from .modules import FactorizedDecoder, FactorizedEmbedding, _install, _requires_grad, _tied_decoder
-from .settings import EMBEDDINGS_RECORD_FORMAT, check_rank
+from .settings import EMBEDDINGS_RECORD_FORMAT, FactorizeSettings, check_rank
 
 
 @dataclass
@@ -67,7 +70,7 @@ def factorize_embeddings(model: nn.Module, rank: int) -> Factorization:
 
 
 def embeddings_record(result: Factorization, model: nn.Module) -> dict[str, Any]:
-    """What ``record.embeddings`` stores."""
+    """What ``record.entry("embeddings")`` stores."""
     embedding = model.get_input_embeddings()
     return {
         "format": EMBEDDINGS_RECORD_FORMAT,
@@ -81,3 +84,26 @@ def embeddings_record(result: Factorization, model: nn.Module) -> dict[str, Any]
         "params_after": result.params_after,
         "params_saved": result.params_saved,
     }
+
+
+# ----------------------------------------------------------------------------------------------
+# the method's lifecycle (ghostify.methods.base.Method)
+# ----------------------------------------------------------------------------------------------
+def check(config: Any, record: Any, settings: FactorizeSettings) -> None:
+    adapter = get_adapter(config)
+    vocab, width = adapter.vocab_size(config), adapter.embedding_width(config)
+    check_rank(settings.rank, width, vocab)
+    previous = record.entry("embeddings") if record is not None else None  # re-factorising
+    before = int(previous["params_after"]) if previous else vocab * width
+    rank = settings.rank
+    if rank * (vocab + width) >= before:
+        warnings.warn(
+            f"rank {rank} of the {vocab} x {width} embeddings saves nothing ({rank * (vocab + width):,} parameters "
+            f"instead of {before:,}); choose a rank below {before // (vocab + width) + (before % (vocab + width) > 0)}",
+            stacklevel=2,
+        )
+
+
+def apply(model: nn.Module, record: Any, settings: FactorizeSettings, context: Context) -> Entry:
+    data = embeddings_record(factorize_embeddings(model, settings.rank), model)
+    return Entry(format=data.pop("format"), data=data)

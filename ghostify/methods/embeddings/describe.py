@@ -9,9 +9,10 @@ from ...units import human
 
 
 def describe(info: Mapping[str, Any]) -> list[tuple[str, str]]:
-    embeddings = info.get("embeddings")
-    if not embeddings:
+    e = info.get("embeddings")
+    if not e:
         return []
     return [("factorised embeddings",
-             f"{embeddings['vocab']} x {embeddings['rank']} + {embeddings['rank']} x {embeddings['width']} "
-             f"({human(embeddings['params_after'])}, {human(embeddings['params_saved'])} saved; error {embeddings['error']:.4f})")]
+             f"{e['vocab']} x {e['width']} -> {e['vocab']} x {e['rank']} + {e['rank']} x {e['width']}: "
+             f"{human(e['params_before'])} -> {human(e['params_after'])} parameters ({e['params_saved']:,} saved); "
+             f"relative reconstruction error {e['error']:.4f}")]

@@ -9,17 +9,14 @@ from torch import nn
 from ...architectures import ArchitectureAdapter
 from ...errors import CheckpointError
 from .modules import FactorizedEmbedding, _install, _tied_decoder
-from .settings import EMBEDDINGS_RECORD_FORMAT
 
 
 def restore_embeddings(model: nn.Module, record: Any) -> None:
-    """Rebuild ``record.embeddings`` on a freshly built model, before its weights load strictly."""
-    data = getattr(record, "embeddings", None)
+    """Rebuild ``record.entry("embeddings")`` on a freshly built model, before its weights load strictly."""
+    data = record.entry("embeddings")
     if not data:
         return
     source = getattr(model.config, "_name_or_path", "config.json")
-    if int(data.get("format", EMBEDDINGS_RECORD_FORMAT)) > EMBEDDINGS_RECORD_FORMAT:
-        raise CheckpointError(f"{source} was written by a newer ghostify (embeddings record format {data['format']}); upgrade ghostify")
     embedding = model.get_input_embeddings()
     vocab, width = embedding.weight.shape
     try:

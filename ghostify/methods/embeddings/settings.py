@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...errors import GhostifyError
+from ..base import setting
 
 EMBEDDINGS_RECORD_FORMAT = 1
 
@@ -15,3 +18,11 @@ def check_rank(rank: int, width: int, vocab: int) -> None:
             f"--rank {rank} exceeds the {vocab} x {width} embedding matrix's rank {min(width, vocab)}; "
             f"choose at most {min(width, vocab)} (ALBERT uses 128)"
         )
+
+
+@dataclass(frozen=True)
+class FactorizeSettings:
+    """The inner size of ``factorize-embeddings``' factors."""
+
+    rank: int = setting(show_default=False, help="Inner size E of the V x E and E x H factors (ALBERT: 128); at most "
+                        "the embedding width.")

@@ -11,12 +11,14 @@ from .settings import GhostSettings
 
 def describe(info: Mapping[str, Any]) -> list[tuple[str, str]]:
     rows = []
-    if info.get("ghost_params") or info.get("ghost_flops"):
+    if info.get("ghost_params") or info.get("ghost_flops"):  # measured by ghostify info
         rows += [("ghost parameters", f"{human(info['ghost_params'])} ({info['ghost_params']:,}, included above)"),
                  ("ghost FLOPs", f"{human(info['ghost_flops'])} (included above)")]
     ghost = info.get("ghost")
     if ghost and isinstance(ghost.get("settings"), dict):
-        rows.append(("ghost", GhostSettings.from_dict(ghost["settings"]).describe()))
-    else:
+        params = int(ghost.get("params") or 0)
+        rows.append(("ghost", f"{GhostSettings.from_dict(ghost['settings']).describe()}; "
+                              f"{human(params)} new parameters ({params:,})"))
+    elif "ghost_params" in info:  # info of a model without ghosts says so
         rows.append(("ghost", "none" if not ghost else str(ghost)))
     return rows

@@ -8,21 +8,13 @@ GhostBERT (Huang et al., ACL 2021) adds, after a projection whose output ``y`` i
 With one kernel shared by all heads (the default) the inner sum is ``Conv(y, norm(W_f))``, so the
 default module is ``y + ReLU(DWConv(y, softmax(W)))`` with ``W`` of shape (d, k): d*k parameters.
 
-Layouts. Linear outputs are (batch, seq, channels) in memory. A depthwise ``conv1d`` wants
-(batch, channels, seq): transposing there and back costs two full copies and, on CPU, a slow
-kernel for strided inputs. Instead the same tensor is viewed, without a copy, as a channels-last
-(batch, channels, 1, seq) image and convolved with ``conv2d`` and a (1, k) kernel, which oneDNN
-(CPU) and cuDNN (GPU) run natively in that layout; the output comes back in (batch, seq, channels).
-In inference the ReLU and the residual sum are done in place in the convolution's output and the
-softmax of the kernels is cached; in training the convolution and ReLU are recomputed in backward
-(``torch.utils.checkpoint``), so a module keeps one activation for backward instead of two.
-
-In an ONNX export the depthwise module becomes one ``Conv`` node over the same channels-last view,
-between the two transposes of a (batch, channels, 1, seq) image, with the ReLU right after it:
-ONNX Runtime fuses the transposes into its blocked-layout (NCHWc) reorders and the ReLU into the
-convolution, so a module is five passes over (batch, seq, channels) (padding mask, reorder in,
-convolution, reorder out, residual add) instead of about twelve as k shifted multiply-adds
-(see ``benchmarks/bench_export.py``).
+The convolution kinds (``--conv``) and their memory layouts are in :mod:`.convs`.
+:meth:`GhostConv.forward` is the one place that picks how a forward pass runs: in training the
+convolution and ReLU are recomputed in backward (``torch.utils.checkpoint``), so a module keeps one
+activation for backward instead of two; in inference the ReLU and the residual sum are done in
+place in the convolution's output and the softmax of the kernels is cached; a traced graph writes
+the depthwise convolution as one grouped ``Conv`` for an ONNX export (:data:`ONNX_DEPTHWISE`) or
+as shifted multiply-adds for other traces.
 """
 
 from __future__ import annotations
@@ -37,6 +29,12 @@ from torch.utils.checkpoint import checkpoint
 from ...errors import GhostifyError
 from ..grouped.modules import GroupedLinear
 from .context import GhostContext, tracing
+from .convs import EAGER, GRAPH, KINDS, ONNX, Form
+
+#: how an ONNX export writes the depthwise ghost convolution: "conv" (one ``Conv`` node, see
+#: :func:`.convs._onnx_depthwise`) or "shifted" (k shifted multiply-adds, :func:`.convs._shifted_sum`:
+#: the export of ghostify <= 0.22, kept reachable for ``benchmarks/bench_export.py --ghost-op``'s comparison)
+ONNX_DEPTHWISE = "conv"
 
 
 class GhostConv(nn.Module):
@@ -46,7 +44,8 @@ class GhostConv(nn.Module):
 
         out[q] = sum_f act( sum_p Conv(x[p], norm(weight[q, f, p])) )
 
-    ``weight`` shapes by ``conv`` (each kernel normalised over its own weights when ``softmax``):
+    ``weight`` shapes by ``conv`` (each kernel normalised over its own weights when ``softmax``;
+    the kinds are :data:`.convs.KINDS`):
 
     * ``dwconv``         (Q, F, P, C, k):     channel c of part p slides a k-tap kernel over the sequence
     * ``conv1d-seq``     (Q, F, P, C, C, k):  a regular 1-D convolution over the sequence (out, in, k)
@@ -73,74 +72,52 @@ class GhostConv(nn.Module):
     ) -> None:
         super().__init__()
         self.channels, self.kernel_size, self.conv, self.init = channels, kernel_size, conv, init
+        self.kind = KINDS[conv]
         self.softmax, self.relu = softmax, relu
         self.features, self.parts, self.outputs = features, parts, outputs
-        lead = (outputs, features, parts)
-        shape = {
-            "dwconv": (*lead, channels, kernel_size),
-            "conv1d-seq": (*lead, channels, channels, kernel_size),
-            "conv1d-feature": (*lead, kernel_size),
-            "conv2d": (*lead, kernel_size, kernel_size),
-        }[conv]
+        shape = self.kind.weight_shape((outputs, features, parts), channels, kernel_size)
         self.weight = nn.Parameter(torch.empty(shape, device=device, dtype=dtype))
         # init "zero-scale" (not in the paper): a per-channel output scale that starts at zero
         self.scale = nn.Parameter(torch.empty(outputs, channels, device=device, dtype=dtype)) if init == "zero-scale" else None
         self.reset_parameters()
 
-    # the number of trailing weight dimensions that form one kernel (normalised together)
-    @property
-    def _kernel_dims(self) -> int:
-        return {"dwconv": 1, "conv1d-seq": 2, "conv1d-feature": 1, "conv2d": 2}[self.conv]
-
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
-        init_kernels(self.weight, self._kernel_dims, softmax=self.softmax, generator=generator,
-                     centre=_centre_index(self.conv, self.kernel_size) if self.init == "center" else None)
+        init_kernels(self.weight, self.kind.kernel_dims, softmax=self.softmax, generator=generator,
+                     centre=self.kind.centre(self.kernel_size) if self.init == "center" else None)
         if self.scale is not None:
             nn.init.zeros_(self.scale)
 
-    def kernel(self) -> torch.Tensor:
-        """The weights as applied: softmax-normalised over each kernel, or as they are."""
+    def kernel(self, form: Form | None = None) -> torch.Tensor:
+        """The weights as applied: softmax-normalised over each kernel, or as they are. ``form``:
+        the pass's, when known (it saves asking again whether the pass is traced)."""
         if not self.softmax:
             return self.weight
-        return _cached_softmax(self, self._kernel_dims)
+        return _cached_softmax(self, self.kind.kernel_dims, traced=None if form is None else form != EAGER)
 
-    def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
-        batch, length, parts, channels = x.shape
-        if keep is not None and self.conv != "conv1d-feature":
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None,
+                residual: torch.Tensor | None = None) -> torch.Tensor:
+        """The ghosts of ``x`` (see the class), or with ``residual`` (batch, seq, d) the sum
+        ``residual + ghosts`` in its shape. The one place that picks how a pass runs (trace, train,
+        infer); the convolution itself is the kind's (:data:`.convs.KINDS`)."""
+        # trace (torch.export, torch.compile, TorchScript, ONNX): a graph that serves every batch. An
+        # ONNX export writes the depthwise kernel as one grouped Conv with its ReLU, other traces as
+        # shifted multiply-adds that their compiler fuses; the residual sum is then the infer one
+        form = (ONNX if _onnx_conv() else GRAPH) if tracing() else EAGER
+        if residual is None:  # position v: a matmul takes the ghosts and keeps them for backward anyway
+            return self._ghosts(x, keep, form)
+        if torch.is_grad_enabled() and (residual.requires_grad or self.weight.requires_grad):
+            # train: recompute the (memory-bound) convolution and ReLU in backward rather than keep
+            # its output; the module then holds one activation (its input) instead of two
+            return residual + checkpoint(self._ghosts, x, keep, form, use_reentrant=False).reshape(residual.shape)
+        # infer: the ghosts are a fresh tensor (the convolution's output), so the sum reuses it
+        return self._ghosts(x, keep, form).reshape(residual.shape).add_(residual)
+
+    def _ghosts(self, x: torch.Tensor, keep: torch.Tensor | None, form: Form) -> torch.Tensor:
+        if keep is not None and self.kind.masks_padding:
             x = x * keep[:, :, None, None]
-        w = self.kernel()
-        pad = self.kernel_size // 2
-        q, f = self.outputs, self.features
-        relu = self.relu
-        if self.conv == "dwconv":
-            # input channels ordered (channel, part), outputs (channel, output, feature): groups=C
-            inp = x.reshape(batch, length, channels) if parts == 1 else x.transpose(2, 3).reshape(batch, length, channels * parts)
-            weight = w.permute(3, 0, 1, 2, 4).reshape(channels * q * f, parts, self.kernel_size)
-            if _onnx_conv():
-                out, relu = _onnx_depthwise(inp, weight, groups=channels, padding=pad, relu=relu), False
-            else:
-                out = _conv_over_sequence(inp, weight, groups=channels, padding=pad)
-            if q * f == 1:  # (batch, seq, C) is already (batch, seq, 1, C): no transpose, no squeeze
-                out = out.reshape(batch, length, 1, channels)
-            else:
-                out = out.reshape(batch, length, channels, q, f).permute(0, 1, 3, 4, 2)
-        elif self.conv == "conv1d-seq":
-            inp = x.reshape(batch, length, parts * channels)
-            weight = w.permute(0, 1, 3, 2, 4, 5).reshape(q * f * channels, parts * channels, self.kernel_size)
-            out = _conv_over_sequence(inp, weight, groups=1, padding=pad).reshape(batch, length, q, f, channels)
-        elif self.conv == "conv1d-feature":
-            inp = x.reshape(batch * length, parts, channels)
-            out = F.conv1d(inp, w.reshape(q * f, parts, self.kernel_size), padding=pad)
-            out = out.view(batch, length, q, f, channels)
-        else:  # conv2d over the (sequence, feature) plane, parts as input channels
-            inp = x.permute(0, 2, 1, 3)
-            out = F.conv2d(inp, w.reshape(q * f, parts, self.kernel_size, self.kernel_size), padding=pad)
-            out = out.reshape(batch, q, f, length, channels).permute(0, 3, 1, 2, 4)
-        # out: (batch, seq, outputs, [features,] channels); the conv output is fresh, so in place is safe
-        if relu:
-            out = out.relu_()
-        if out.dim() == 5:
-            out = out.sum(3) if f > 1 else out.squeeze(3)
+        out = self.kind.forward(x, self.kernel(form), relu=self.relu, form=form)
+        if out.dim() == 5:  # (batch, seq, outputs, features, channels): sum the features
+            out = out.sum(3) if self.features > 1 else out.squeeze(3)
         return out * self.scale if self.scale is not None else out
 
     def extra_repr(self) -> str:
@@ -151,13 +128,20 @@ class GhostConv(nn.Module):
         )
 
 
-def _cached_softmax(module: nn.Module, kernel_dims: int) -> torch.Tensor:
+def _onnx_conv() -> bool:
+    """Whether this forward pass is an ONNX export that takes the ``Conv`` form (other traces, such
+    as ``torch.compile``, fuse the shifted multiply-adds themselves)."""
+    return ONNX_DEPTHWISE == "conv" and torch.onnx.is_in_onnx_export()
+
+
+def _cached_softmax(module: nn.Module, kernel_dims: int, *, traced: bool | None = None) -> torch.Tensor:
     """softmax(weight) over each kernel's last ``kernel_dims`` dims. With autograd off (inference)
     the result is cached until the weight changes (its version counter or storage), which saves
-    one operation per module and forward pass; with autograd on it is always recomputed."""
+    one operation per module and forward pass; with autograd on it is always recomputed.
+    ``traced``: whether the pass is traced, when the caller knows (asking costs a microsecond)."""
     weight = module.weight
     flat = weight.flatten(-kernel_dims) if kernel_dims > 1 else weight
-    if torch.is_grad_enabled() or tracing():  # training, or a traced graph, which must compute it
+    if torch.is_grad_enabled() or (tracing() if traced is None else traced):  # training, or a graph: compute it
         return flat.softmax(-1).view_as(weight)
     key = (weight._version, weight.data_ptr(), weight.dtype, weight.device)
     cached = module.__dict__.get("_kernel_cache")
@@ -168,79 +152,8 @@ def _cached_softmax(module: nn.Module, kernel_dims: int) -> torch.Tensor:
     return kernel
 
 
-def _conv_over_sequence(x: torch.Tensor, weight: torch.Tensor, *, groups: int, padding: int) -> torch.Tensor:
-    """Convolve (batch, seq, C_in) over seq with a (C_out, C_in / groups, k) kernel -> (batch, seq, C_out).
-
-    (batch, seq, C) is the memory layout of a channels-last (batch, C, 1, seq) image, so no copy is
-    made on the way in or out (see the module docstring)."""
-    if tracing() and weight.shape[1] == 1 and groups == x.shape[-1]:
-        return _shifted_sum(x, weight, padding)
-    image = x.transpose(1, 2).unsqueeze(2)
-    if not image.is_contiguous(memory_format=torch.channels_last):
-        image = image.contiguous(memory_format=torch.channels_last)
-    out = F.conv2d(image, weight.unsqueeze(2), padding=(0, padding), groups=groups)
-    return out.squeeze(2).transpose(1, 2)
-
-
-#: how an ONNX export writes the depthwise ghost convolution: "conv" (one ``Conv`` node, see
-#: :func:`_onnx_depthwise`) or "shifted" (k shifted multiply-adds, :func:`_shifted_sum`: the export
-#: of ghostify <= 0.22, kept reachable for ``benchmarks/bench_export.py --ghost-op``'s comparison)
-ONNX_DEPTHWISE = "conv"
-
-
-def _onnx_conv() -> bool:
-    """Whether this forward pass is an ONNX export that takes the ``Conv`` form (other traces, such
-    as ``torch.compile``, fuse the shifted multiply-adds themselves)."""
-    return ONNX_DEPTHWISE == "conv" and torch.onnx.is_in_onnx_export()
-
-
-def _onnx_depthwise(x: torch.Tensor, weight: torch.Tensor, *, groups: int, padding: int, relu: bool) -> torch.Tensor:
-    """The depthwise convolution of :func:`_conv_over_sequence`, followed by the ReLU, as an ONNX
-    export writes it: (batch, seq, C_in) -> (batch, seq, C_out) through one grouped ``Conv``
-    on the (batch, C_in, 1, seq) image. The two transposes are exactly the NHWC <-> NCHW pair that
-    ONNX Runtime's NCHWc transformer folds into its layout reorders, and the ReLU must follow the
-    ``Conv`` directly for ONNX Runtime to fuse it; so nothing may stand between them."""
-    batch, length, channels = x.shape
-    image = x.reshape(batch, 1, length, channels).permute(0, 3, 1, 2)  # a Reshape into the Mul's output: no copy
-    out = F.conv2d(image, weight.unsqueeze(2), padding=(0, padding), groups=groups)
-    if relu:
-        out = out.relu()
-    return out.permute(0, 2, 3, 1).reshape(batch, length, weight.shape[0])
-
-
-def _shifted_sum(x: torch.Tensor, weight: torch.Tensor, padding: int) -> torch.Tensor:
-    """The depthwise convolution of :func:`_conv_over_sequence` (one input channel per group) as k
-    shifted multiply-adds in (batch, seq, channels): what a traced graph other than an ONNX export
-    gets (``torch.compile`` fuses them into one kernel), and an ONNX export with ``ONNX_DEPTHWISE =
-    "shifted"``. ONNX Runtime runs each as its own pass over memory.
-    Output channel ``c * m + o`` is channel ``c``'s ``o``-th output, as in the grouped convolution."""
-    batch, length, channels = x.shape
-    kernel = weight.shape[-1]
-    outputs = weight.shape[0] // channels
-    w = weight.reshape(channels, outputs, kernel)
-    padded = F.pad(x, (0, 0, padding, kernel - 1 - padding))
-    if outputs == 1:
-        out = padded[:, :length] * w[:, 0, 0]
-        for j in range(1, kernel):
-            out = out + padded[:, j:j + length] * w[:, 0, j]
-        return out
-    padded = padded.unsqueeze(-1)
-    out = padded[:, :length] * w[:, :, 0]
-    for j in range(1, kernel):
-        out = out + padded[:, j:j + length] * w[:, :, j]
-    return out.reshape(batch, length, channels * outputs)
-
-
 #: init "center": the share of each first kernel's weight on its centre tap
 CENTRE_WEIGHT = 0.9
-
-
-def _centre_index(conv: str, kernel_size: int) -> tuple[int | slice, ...]:
-    """Where a kernel's centre tap is, indexing one kernel (its last dims): the middle token for
-    the 1-D kernels, the middle of both axes for a k x k one. A regular 1-D convolution (which
-    mixes channels) peaks on each channel's own input: the caller's diagonal (see init_kernels)."""
-    middle = kernel_size // 2
-    return (middle, middle) if conv == "conv2d" else ("diagonal", middle) if conv == "conv1d-seq" else (middle,)
 
 
 def init_kernels(
@@ -256,7 +169,7 @@ def init_kernels(
 
     The kernels at index 0 of those dims (the first ghost feature) start as the uniform average
     over their window: zero logits under softmax, the weights 1/window without it. With ``centre``
-    (init "center", :func:`_centre_index`) they start peaked instead: the centre tap holds
+    (init "center", ``ConvKind.centre``) they start peaked instead: the centre tap holds
     :data:`CENTRE_WEIGHT` of the weight and the other taps share the rest, so the module starts
     close to ``y + ReLU(y)``. Every further feature/output starts from standard-normal logits,
     because identical kernels would receive identical gradients and never become different
@@ -315,7 +228,7 @@ class GhostMapConv(nn.Module):
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         # (features, heads, k, k) view: feature 0 starts uniform (or centred) for every head, the others random
-        centre = _centre_index("conv2d", self.kernel_size) if self.init == "center" else None
+        centre = KINDS["conv2d"].centre(self.kernel_size) if self.init == "center" else None
         init_kernels(self.weight.transpose(0, 1), 2, softmax=self.softmax, lead=1, generator=generator, centre=centre)
         if self.scale is not None:
             nn.init.zeros_(self.scale)
@@ -441,13 +354,7 @@ class GhostLinear(nn.Linear):
             return y
         keep = self.context.keep(y, batch, length)
         inp = parts if parts is not None else y.view(batch, length, 1, self.out_features)
-        if torch.is_grad_enabled() and (y.requires_grad or self.ghost.weight.requires_grad):
-            # training: recompute the (memory-bound) convolution and ReLU in backward rather than
-            # keep its output; the module then holds one activation (its input) instead of two
-            g = checkpoint(self.ghost, inp, keep, use_reentrant=False)
-            return y + g.reshape(y.shape)
-        g = self.ghost(inp, keep).reshape(y.shape)  # a fresh tensor: the convolution's output
-        return g.add_(y)  # inference: reuse the ghost buffer instead of allocating the sum
+        return self.ghost(inp, keep, y)  # y + ghosts (GhostConv.forward: train, infer, trace)
 
     def _project(self, x: torch.Tensor) -> torch.Tensor:
         """The wrapped projection (a grouped one overrides this)."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from torch import nn
 
-from ...architectures import ArchitectureAdapter
+from ...architectures import ArchitectureAdapter, get_adapter
 from ...errors import CheckpointError, GhostifyError
-from .apply import GHOST_RECORD_FORMAT, _install, ghost_parameter_names
+from .install import ghost_parameter_names, install
 from .settings import GhostSettings
 
 
@@ -17,19 +18,17 @@ def restore_ghosts(model: nn.Module, adapter: ArchitectureAdapter, record: Any) 
 
     A no-op for a record without ghosts; the initial values do not matter (the weights overwrite them).
     """
-    ghost = getattr(record, "ghost", None)
+    ghost = record.entry("ghost")
     if not ghost:
         return
     source = getattr(model.config, "_name_or_path", "config.json")
     if not isinstance(ghost, dict) or not isinstance(ghost.get("settings"), dict):
         raise CheckpointError(f"corrupt ghost record in {source}: no ghost settings; re-create the checkpoint")
-    if int(ghost.get("format", GHOST_RECORD_FORMAT)) > GHOST_RECORD_FORMAT:
-        raise CheckpointError(f"{source} was written by a newer ghostify (ghost record format {ghost['format']}); upgrade ghostify")
     try:
         settings = GhostSettings.from_dict(ghost["settings"])
     except GhostifyError as exc:
         raise CheckpointError(f"corrupt ghost settings in {source}: {exc}") from exc
-    _install(model, adapter, settings, seed=0)  # initial values are overwritten by the strict load
+    install(model, adapter, settings, seed=0)  # initial values are overwritten by the strict load
     listed = ghost.get("parameters")
     built = ghost_parameter_names(model.base_model)
     if listed is not None and sorted(listed) != sorted(built):
@@ -41,11 +40,10 @@ def restore_ghosts(model: nn.Module, adapter: ArchitectureAdapter, record: Any) 
         )
 
 
-def check_ghost_record(ghost: dict[str, Any] | None, source: str, *, max_positions: int) -> None:
+def check_ghost_record(ghost: Mapping[str, Any], config: Any, source: str) -> None:
     """Refuse a record's ghost entry whose settings are not valid ghost settings (from the config
     alone, before any module is built from them)."""
-    if not ghost:
-        return
+    max_positions = get_adapter(config).max_positions(config)
     settings = ghost.get("settings")
     if not isinstance(settings, dict):
         raise CheckpointError(f"corrupt ghostify record in {source}: ghost.settings = {settings!r}: expected the ghost "

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ...errors import GhostifyError
+from ..base import setting
 
 #: where a ghost module can sit, in the order they run inside a layer
 POSITIONS: tuple[str, ...] = ("qk", "v", "o", "ffn1", "ffn2")
@@ -78,14 +79,20 @@ class GhostSettings:
         ('o', 'ffn1')
     """
 
-    kernel_size: int = 3
-    softmax: bool = True
-    relu: bool = True
-    features: int = 1
-    per_head: bool = False
-    conv: str = "dwconv"
-    positions: tuple[str, ...] = DEFAULT_POSITIONS
-    init: str = "uniform"
+    kernel_size: int = setting(3, help="Kernel width in tokens (odd: 1, 3, 5, 9, 17, ...).")
+    softmax: bool = setting(True, flag="--softmax/--no-softmax", help="Softmax-normalise each kernel (the paper's default).")
+    relu: bool = setting(True, flag="--relu/--no-relu", help="ReLU on each ghost feature (the paper's default).")
+    features: int = setting(1, help="Ghost features F per module, summed.")
+    per_head: bool = setting(False, help="A kernel per head (per FFN fold) on its own contribution, instead of one "
+                             "shared kernel on their sum.")
+    conv: str = setting("dwconv", help="; ".join(f"{c}: {h}" for c, h in CONV_HELP.items()) + ".")
+    #: given as "o,ffn2" (CLI, recipes) or a sequence; held as a tuple in the layer order of POSITIONS
+    positions: tuple[str, ...] = setting(
+        ",".join(DEFAULT_POSITIONS), type=str,
+        help=f"Comma-separated, among {', '.join(POSITIONS)}: after the attention output projection (o), the FFN "
+        "down (ffn2) and up (ffn1) projections, the value projection (v: regenerates the N_H - M pruned heads), on the "
+        "attention scores (qk: a Conv2D).")
+    init: str = setting("uniform", help="How the kernels start. " + "; ".join(f"{i}: {h}" for i, h in INIT_HELP.items()) + ".")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "positions", _parse_positions(self.positions))

@@ -20,21 +20,34 @@ share one input order and one gather).
 from __future__ import annotations
 
 from ...lazy import lazy_exports
-from ..base import Method
+from ..base import Method, lazy
 from .describe import describe
-from .settings import MODULES, check_groups, module_widths, parse_modules
+from .settings import MODULES, GroupSettings, check_groups, module_widths, parse_modules
 
+METHOD = Method(
+    name="grouped", tag="grouped-linear", command="group-linear", noun="grouped layers", settings=GroupSettings,
+    check=lazy("ghostify.methods.grouped.apply:check"),
+    apply=lazy("ghostify.methods.grouped.apply:apply"),
+    restore=lazy("ghostify.methods.grouped.restore:restore"),
+    describe=describe,
+    before=("ghost",),  # ghost projections wrap plain linear layers
+    repeatable=False,
+    help="""Group position-wise layers (SqueezeBERT): block-diagonal 1x1 convolutions.
 
-def _method() -> Method:
-    from .restore import restore
-
-    return Method(
-        name="grouped", record_key="grouped", command="group-linear", noun="grouped layers",
-        restore=restore,
-        describe=describe,
-        before=("ghost",),  # ghost projections wrap plain linear layers
-        repeatable=False,
-    )
+    Every chosen projection of every encoder layer becomes G independent blocks (out/G x in/G),
+    initialised from the dense weight's diagonal blocks, so its parameters and FLOPs fall by G.
+    With --permute (default) channels are first reordered so that the blocks keep as much of the
+    weights' squared norm as possible: heads and FFN channels are reordered inside the weights
+    for free; the residual-stream side (inputs of Q, K, V and FFN-up, outputs of O and FFN-down)
+    is reordered at run time by an index gather. Distill or fine-tune the result next.
+    Prune before grouping; attach-ghost after it.
+    """,
+    examples=(
+        "ghostify group-linear out/teacher -o out/grouped --groups 4 --modules qkv,ffn  (SqueezeBERT's choice)",
+        "ghostify group-linear out/pruned -o out/grouped-ffn --groups 2 --modules ffn --no-permute",
+        "ghostify group-linear out/teacher -o out/g4 --groups 4 --modules qkv,o,ffn",
+    ),
+)
 
 
 # the rest loads torch: imported on first use, so that the CLI reads .settings without it
@@ -45,10 +58,10 @@ __getattr__, __dir__ = lazy_exports(
         "modules": ("GroupedLinear",),
         "restore": ("restore_grouped",),
     },
-    {"METHOD": _method},
 )
 
 __all__ = [
+    "GroupSettings",
     "GroupedLinear",
     "METHOD",
     "MODULES",

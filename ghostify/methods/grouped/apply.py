@@ -10,11 +10,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...architectures import ArchitectureAdapter, LayerPaths, attention_units, ffn_units
+from ...architectures import ArchitectureAdapter, LayerPaths, attention_units, ffn_units, get_adapter
 from ...errors import GhostifyError
+from ..base import Context, Entry
 from ..pruning.modules import prune_layer
-from .modules import _RUNTIME_INPUT, _RUNTIME_OUTPUT, GroupedLinear, share_qkv_gather
-from .settings import GROUPED_RECORD_FORMAT, MODULES, check_groups
+from .modules import _RUNTIME_INPUT, _RUNTIME_OUTPUT, GroupedLinear, paths_of, share_qkv_gather
+from .settings import GROUPED_RECORD_FORMAT, MODULES, GroupSettings, check_groups, module_widths, parse_modules
 
 
 # ----------------------------------------------------------------------------------------------
@@ -159,11 +160,6 @@ def _order(labels: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------
 # applying and restoring
 # ----------------------------------------------------------------------------------------------
-def _paths_of(modules: Sequence[str], paths: LayerPaths) -> list[tuple[str, str]]:
-    """(LayerPaths attribute, submodule path) of every chosen projection the family has."""
-    return [(attr, getattr(paths, attr)) for name in modules for attr in MODULES[name] if getattr(paths, attr)]
-
-
 def why_not_permutable(adapter: ArchitectureAdapter, config, paths: LayerPaths, modules: Sequence[str]) -> str | None:
     """What in the chosen modules has no free channel order to co-cluster (None: all can be permuted)."""
     if "qkv" in modules and paths.qkv:
@@ -193,7 +189,7 @@ def group_linear(
     *,
     groups: int,
     modules: Sequence[str],
-    permute: bool = True,
+    permute: bool = GroupSettings.permute,
 ) -> GroupingResult:
     """Replace the chosen projections of every distinct encoder layer by grouped ones, in place.
 
@@ -212,7 +208,7 @@ def group_linear(
     planned = []
     for index, layer in enumerate(layers):
         paths = adapter.paths_for_layer(layer)
-        linears = {attr: _layer_problem(adapter, layer, index, path) for attr, path in _paths_of(modules, paths)}
+        linears = {attr: _layer_problem(adapter, layer, index, path) for attr, path in paths_of(modules, paths)}
         widths: dict[str, set[int]] = {}
         for name in modules:
             widths[name] = {d for attr in MODULES[name] if attr in linears
@@ -237,7 +233,7 @@ def group_linear(
             inter_order = orders.get("inter", torch.arange(ffn)).tolist()
             record.heads[index] = prune_layer(adapter, layer, config, head_order.tolist(), inter_order, record.heads[index])
         # run-time orders: the residual stream
-        for attr, path in _paths_of(modules, paths):
+        for attr, path in paths_of(modules, paths):
             linear = adapter.submodule(layer, path)
             inp = orders.get(_axis_names(attr)[1]) if permute and attr in _RUNTIME_INPUT else None
             out = orders.get(_axis_names(attr)[0]) if permute and attr in _RUNTIME_OUTPUT else None
@@ -281,7 +277,7 @@ def _problem(linears: dict[str, nn.Linear], unit_width: int) -> tuple[dict[str, 
 
 
 def grouped_record(result: GroupingResult) -> dict[str, Any]:
-    """What ``record.grouped`` stores: enough to rebuild the modules (the indices are weights)."""
+    """What ``record.entry("grouped")`` stores: enough to rebuild the modules (the indices are weights)."""
     return {
         "format": GROUPED_RECORD_FORMAT,
         "groups": result.groups,
@@ -291,3 +287,17 @@ def grouped_record(result: GroupingResult) -> dict[str, Any]:
         "kept_norm_identity": round(result.fraction("kept_identity"), 6),
         "kept_norm_per_layer": [round(layer.kept / layer.total, 6) if layer.total else 1.0 for layer in result.layers],
     }
+
+
+# ----------------------------------------------------------------------------------------------
+# the method's lifecycle (ghostify.methods.base.Method)
+# ----------------------------------------------------------------------------------------------
+def check(config: Any, record: Any, settings: GroupSettings) -> None:
+    check_groups(settings.groups, module_widths(config, record, parse_modules(settings.modules)))
+
+
+def apply(model: nn.Module, record: Any, settings: GroupSettings, context: Context) -> Entry:
+    result = group_linear(model, get_adapter(model.config), record, groups=settings.groups,
+                          modules=parse_modules(settings.modules), permute=settings.permute)
+    data = grouped_record(result)
+    return Entry(format=data.pop("format"), data=data, heads=record.heads, ffn=record.ffn)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 import weakref
 
 import torch
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...architectures import ArchitectureAdapter, LayerPaths
+from .settings import MODULES
 
 #: which side of each projection is the residual stream (a run-time gather when permuted)
 _RUNTIME_INPUT = {"query", "key", "value", "qkv", "ffn_up", "ffn_gate"}
@@ -200,3 +202,8 @@ def share_qkv_gather(adapter: ArchitectureAdapter, layer: nn.Module, paths: Laye
             gather = SharedGather(len(modules))
             for m in modules:
                 m.shared_gather = gather
+
+
+def paths_of(modules: Sequence[str], paths: LayerPaths) -> list[tuple[str, str]]:
+    """(LayerPaths attribute, submodule path) of every chosen projection the family has."""
+    return [(attr, getattr(paths, attr)) for name in modules for attr in MODULES[name] if getattr(paths, attr)]

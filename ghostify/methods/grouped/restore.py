@@ -8,21 +8,18 @@ from torch import nn
 
 from ...architectures import ArchitectureAdapter
 from ...errors import CheckpointError, GhostifyError
-from .apply import _paths_of
-from .modules import _RUNTIME_INPUT, _RUNTIME_OUTPUT, GroupedLinear, SharedGather
-from .settings import GROUPED_RECORD_FORMAT, parse_modules
+from .modules import _RUNTIME_INPUT, _RUNTIME_OUTPUT, GroupedLinear, SharedGather, paths_of
+from .settings import parse_modules
 
 
 def restore_grouped(model: nn.Module, adapter: ArchitectureAdapter, record: Any) -> None:
-    """Rebuild the grouped modules ``record.grouped`` lists on a freshly built (and pruned) model,
+    """Rebuild the grouped modules ``record.entry("grouped")`` lists on a freshly built (and pruned) model,
     before its weights load strictly. A no-op without a grouped record."""
-    grouped = getattr(record, "grouped", None)
+    grouped = record.entry("grouped")
     if not grouped:
         return
     source = getattr(model.config, "_name_or_path", "config.json")
     try:
-        if int(grouped.get("format", GROUPED_RECORD_FORMAT)) > GROUPED_RECORD_FORMAT:
-            raise CheckpointError(f"{source} was written by a newer ghostify (grouped record format {grouped['format']}); upgrade ghostify")
         groups, permute = int(grouped["groups"]), bool(grouped["permute"])
         modules = parse_modules(grouped["modules"])
     except (KeyError, TypeError, ValueError, GhostifyError) as exc:
@@ -30,7 +27,7 @@ def restore_grouped(model: nn.Module, adapter: ArchitectureAdapter, record: Any)
             raise
         raise CheckpointError(f"corrupt grouped record in {source}: {exc}; re-create the checkpoint") from exc
     for layer in adapter.layers(model):
-        for attr, path in _paths_of(modules, adapter.paths_for_layer(layer)):
+        for attr, path in paths_of(modules, adapter.paths_for_layer(layer)):
             linear = adapter.submodule(layer, path)
             w = linear.weight
             try:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ...errors import GhostifyError
+from ..base import setting
 
 GROUPED_RECORD_FORMAT = 1
 
@@ -72,3 +74,14 @@ def module_widths(config, record: Any, modules: Sequence[str]) -> dict[str, set[
         "ffn": {hidden, *ffn, *((2 * f for f in ffn) if paths.ffn_up_gated else ())},
     }
     return {name: widths[name] for name in modules}
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    """Which projections ``group-linear`` groups, into how many blocks."""
+
+    groups: int = setting(4, min=1, help="G: blocks on the diagonal; parameters and FLOPs of the grouped layers fall by G.")
+    modules: str = setting("qkv,ffn", help=f"Comma-separated, among {', '.join(MODULES)}: query/key/value, attention "
+                           "output, both FFN projections.")
+    permute: bool = setting(True, flag="--permute/--no-permute", help="Reorder channels so the blocks keep the most "
+                            "weight norm (residual-stream orders cost a gather at run time).")

@@ -4,22 +4,33 @@ loss impact through gates, selection to a width, and physical removal of the res
 from __future__ import annotations
 
 from ...lazy import lazy_exports
-from ..base import Method
+from ..base import Method, lazy
 from .describe import describe
-from .settings import ALLOCATIONS, parse_width
+from .settings import ALLOCATIONS, PruneSettings, parse_width
 
+METHOD = Method(
+    name="pruning", command="prune", noun="pruned heads and neurons", settings=PruneSettings,
+    check=lazy("ghostify.methods.pruning.apply:check"),
+    apply=lazy("ghostify.methods.pruning.apply:apply"),
+    restore=lazy("ghostify.methods.pruning.restore:restore"),
+    describe=describe,
+    path_settings=("importance",),
+    # ghost modules and grouped blocks are built for the widths they were attached to
+    before=("ghost", "grouped"),
+    tracked=False,  # every record lists the kept heads; a dense model is a model pruned to full width
+    help="""Physically prune heads and FFN neurons to a width multiplier m.
 
-def _method() -> Method:
-    from .restore import restore
-
-    return Method(
-        name="pruning", record_key="heads", command="prune", noun="pruned heads and neurons",
-        restore=restore,
-        describe=describe,
-        # ghost modules and grouped blocks are built for the widths they were attached to
-        before=("ghost", "grouped"),
-        tracked=False,  # every record lists the kept heads; a dense model is a model pruned to full width
-    )
+    Keeps floor(N_H * m) heads and round(m * d_ff) neurons per layer (widths are relative to the
+    original architecture), the most important first, by the scores of `ghostify importance`
+    (or weight magnitude, with a warning, when there are none). The result is a dense, smaller
+    model that `ghostify.load_model` rebuilds exactly.
+    """,
+    examples=(
+        "ghostify prune out/scored -o out/pruned --width 3/12",
+        "ghostify prune bert-base-uncased -o out/bert-quarter --width 0.25",
+        "ghostify prune out/scored -o out/pruned --heads-width 6/12 --ffn-width 0.25 --allocation global",
+    ),
+)
 
 
 # the rest loads torch: imported on first use, so that the CLI reads .settings without it
@@ -32,7 +43,6 @@ __getattr__, __dir__ = lazy_exports(
         "importance": ("SCORES_NAME", "ImportanceScores", "compute_importance", "magnitude_importance"),
         "restore": ("apply_structure",),
     },
-    {"METHOD": _method},
 )
 
 __all__ = [
@@ -40,6 +50,7 @@ __all__ = [
     "Gates",
     "ImportanceScores",
     "METHOD",
+    "PruneSettings",
     "SCORES_NAME",
     "Selection",
     "apply_structure",

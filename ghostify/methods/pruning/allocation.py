@@ -14,11 +14,18 @@ from fractions import Fraction
 import torch
 
 from ...errors import GhostifyError
-from .settings import ALLOCATIONS
+from .settings import ALLOCATIONS, PruneSettings
 
 
 def heads_for_width(num_heads: int, width: Fraction) -> int:
     return math.floor(num_heads * width)
+
+
+def check_keeps_a_head(units: int, width: Fraction, noun: str = "head") -> None:
+    """Refuse a width that keeps none of ``units`` heads (or attention units)."""
+    if heads_for_width(units, width) < 1:
+        raise GhostifyError(f"width {width} keeps no {noun} of {units} (floor({units} x {width}) = 0); "
+                            f"the smallest width is 1/{units}")
 
 
 def neurons_for_width(ffn_size: int, width: Fraction) -> int:
@@ -73,18 +80,16 @@ def select(
     ffn_size: int,
     heads_width: Fraction,
     ffn_width: Fraction,
-    allocation: str = "uniform",
+    allocation: str = PruneSettings.allocation,
 ) -> Selection:
-    """The units to keep for the given widths of the original ``num_heads`` and ``ffn_size``."""
+    """The units to keep for the given widths of the original ``num_heads`` and ``ffn_size``
+    (widths and allocation as :class:`~ghostify.methods.pruning.settings.PruneSettings` checked them)."""
     n_heads = heads_for_width(num_heads, heads_width)
-    if n_heads < 1:
-        raise GhostifyError(
-            f"width {heads_width} keeps no head of {num_heads} (floor({num_heads} x {heads_width}) = 0); "
-            f"the smallest width is 1/{num_heads}"
-        )
+    check_keeps_a_head(num_heads, heads_width)
     n_neurons = neurons_for_width(ffn_size, ffn_width)
-    if allocation == "uniform":
-        return select_uniform(head_scores, ffn_scores, n_heads, n_neurons)
-    if allocation == "global":
-        return select_global(head_scores, ffn_scores, n_heads, n_neurons)
-    raise GhostifyError(f"unknown --allocation {allocation!r}; choose one of {', '.join(ALLOCATIONS)}")
+    return ALLOCATORS[allocation](head_scores, ffn_scores, n_heads, n_neurons)
+
+
+#: how each ``--allocation`` selects (the names are ``settings.ALLOCATIONS``)
+ALLOCATORS = {"uniform": select_uniform, "global": select_global}
+assert tuple(ALLOCATORS) == ALLOCATIONS

@@ -9,12 +9,16 @@ Without labels (``label_free``), the loss is the cross-entropy against a label d
 model's own predictive distribution: the derivative of its expected KL to itself is zero, but the
 expected squared derivative is the Fisher information, i.e. how much the gate moves the KL. For
 regression the score is the output's own sensitivity |df(x)/dg|.
+
+A layer's score (for ``drop-layers``) is the same derivative for a gate on the layer's whole
+update, ``x + g·(layer(x) - x)``, computed in the same forward and backward pass.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,11 +27,11 @@ import safetensors.torch  # save_file looked up per call: a full disk is simulat
 import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
-from torch.nn import functional as F
 
 from ...architectures import ArchitectureAdapter
 from ...architectures.projections import ffn_input_weights, value_weight
 from ...errors import CheckpointError
+from ...example_loss import per_example_loss
 from .gates import gated
 
 SCORES_NAME = "importance.safetensors"
@@ -43,10 +47,15 @@ class ImportanceScores:
     heads: list[torch.Tensor]
     ffn: list[torch.Tensor]
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: one score per distinct layer (a gate on its whole update), for ``drop-layers``; None in
+    #: scores without them (weight magnitude, files of an older ghostify)
+    layers: torch.Tensor | None = None
 
     def save(self, path: str | Path) -> None:
         tensors = {f"heads.{i}": t.float().contiguous() for i, t in enumerate(self.heads)}
         tensors.update({f"ffn.{i}": t.float().contiguous() for i, t in enumerate(self.ffn)})
+        if self.layers is not None:
+            tensors["layers"] = self.layers.float().contiguous()
         safetensors.torch.save_file(tensors, str(path), metadata={"ghostify": json.dumps(self.metadata)})
 
     @classmethod
@@ -69,24 +78,10 @@ class ImportanceScores:
                 heads=[tensors[f"heads.{i}"] for i in range(n)],
                 ffn=[tensors[f"ffn.{i}"] for i in range(n)],
                 metadata=metadata,
+                layers=tensors.get("layers"),
             )
         except KeyError as exc:
             raise CheckpointError(f"corrupt importance file {path}: missing {exc}; re-run `ghostify importance`") from exc
-
-
-def per_example_loss(logits: torch.Tensor, labels: torch.Tensor | None, *, regression: bool, generator=None) -> torch.Tensor:
-    """The loss of each example; with ``labels=None`` the label-free objective (see module doc)."""
-    if logits.dtype not in (torch.float32, torch.float64):
-        logits = logits.float()  # half-precision losses lose the small gate derivatives
-    if regression:
-        prediction = logits.squeeze(-1)
-        if labels is None:
-            return prediction
-        return (prediction - labels.to(prediction.dtype)) ** 2
-    if labels is None:
-        probs = logits.detach().softmax(-1)
-        labels = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(logits.device)
-    return F.cross_entropy(logits, labels, reduction="none")
 
 
 def compute_importance(
@@ -99,11 +94,13 @@ def compute_importance(
     progress=None,
     loss: LossFunction | None = None,
 ) -> ImportanceScores:
-    """Mean over examples of |d loss / d gate| for every head and FFN neuron.
+    """Mean over examples of |d loss / d gate| for every head and FFN neuron, and for every
+    layer (a gate on its whole update: :func:`layer_gates`), from one forward and backward per batch.
 
     ``batches`` yield model inputs with ``labels`` (unless ``label_free``). ``progress`` is called
     with each batch's size. ``loss(model, batch, generator)`` gives one loss per example (a task
-    kind's, ``ghostify.tasks``); the default is a sequence classifier's (:func:`per_example_loss`).
+    kind's, ``ghostify.tasks``); the default is a sequence classifier's
+    (:func:`ghostify.example_loss.per_example_loss`).
     """
     model.eval()
     regression = getattr(model.config, "problem_type", None) == "regression" or model.config.num_labels == 1
@@ -119,22 +116,25 @@ def compute_importance(
     head_sum: list[torch.Tensor] | None = None
     ffn_sum: list[torch.Tensor] | None = None
     count = 0
-    with gated(model, adapter) as gates:
+    with gated(model, adapter) as gates, layer_gates(adapter.layers(model)) as per_layer:
         template_heads = [g.clone() for g in gates.heads]
         template_ffn = [g.clone() for g in gates.ffn]
         head_sum = [torch.zeros_like(g, dtype=torch.float64) for g in template_heads]
         ffn_sum = [torch.zeros_like(g, dtype=torch.float64) for g in template_ffn]
+        n_layers = len(template_heads)
+        layer_sum = torch.zeros(n_layers, dtype=torch.float64)
         for batch in batches:
             batch = {k: v.to(device) for k, v in batch.items()}
             size = batch["input_ids"].shape[0]
             gates.heads = [g.expand(size, -1).clone().requires_grad_(True) for g in template_heads]
             gates.ffn = [g.expand(size, -1).clone().requires_grad_(True) for g in template_ffn]
+            per_layer[:] = [torch.ones(size, device=device, requires_grad=True) for _ in range(n_layers)]
             losses = loss(model, batch, generator)
-            grads = torch.autograd.grad(losses.sum(), [*gates.heads, *gates.ffn])
-            n_layers = len(template_heads)
+            grads = torch.autograd.grad(losses.sum(), [*gates.heads, *gates.ffn, *per_layer])
             for i in range(n_layers):
                 head_sum[i] += grads[i].detach().abs().sum(0).double()
                 ffn_sum[i] += grads[n_layers + i].detach().abs().sum(0).double()
+                layer_sum[i] += grads[2 * n_layers + i].detach().abs().sum().double().cpu()
             count += size
             if progress is not None:
                 progress(size)
@@ -144,7 +144,33 @@ def compute_importance(
         heads=[(s / count).float().cpu() for s in head_sum],
         ffn=[(s / count).float().cpu() for s in ffn_sum],
         metadata={"samples": count, "label_free": label_free},
+        layers=(layer_sum / count).float(),
     )
+
+
+@contextlib.contextmanager
+def layer_gates(layers: list[nn.Module]) -> Iterator[list[torch.Tensor]]:
+    """A gate on each layer's whole update, one per example: the layer's output ``y`` of input
+    ``x`` becomes ``y + (g - 1)·(y - x)``, which is ``x + g·(y - x)`` and, at ``g = 1``, exactly
+    ``y`` (the head and neuron scores do not change). Fill the yielded list with one ``(batch,)``
+    tensor per layer before each forward pass."""
+    gates: list[torch.Tensor] = []
+
+    def hook(i: int):
+        def gate(module: nn.Module, args: tuple, output: Any) -> Any:
+            out = output[0] if isinstance(output, tuple) else output
+            g = gates[i].to(out.dtype).view(-1, *([1] * (out.dim() - 1)))
+            mixed = out + (g - 1) * (out - args[0])
+            return (mixed, *output[1:]) if isinstance(output, tuple) else mixed
+
+        return gate
+
+    handles = [layer.register_forward_hook(hook(i)) for i, layer in enumerate(layers)]
+    try:
+        yield gates
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def magnitude_importance(model: nn.Module, adapter: ArchitectureAdapter) -> ImportanceScores:

@@ -25,6 +25,7 @@ from torch import nn
 
 from ...architectures import get_adapter
 from ...errors import GhostifyError
+from .families import check_reference_family, install_reference_attention
 from .search import CHUNK, apply_ridge, masked_mean, nearest, ridge_fit
 from .settings import RIDGE_ALPHA, check_delta
 from .store import ReferenceStore, gather
@@ -191,3 +192,41 @@ def _relative(path: str, prefix: str) -> str:
     if not path.startswith(prefix + "."):
         raise GhostifyError(f"reference attention: projection {path} is not inside the attention module {prefix}")
     return path[len(prefix) + 1:]
+
+
+def install_references(model: nn.Module, *, teacher_hidden: int, delta: float,
+                       ridge_alpha: float = RIDGE_ALPHA) -> ReferenceAttention:
+    """Add reference attention to ``model``'s first layer (no store yet); idempotent hooks."""
+    adapter, layer, attention, paths = _first_attention(model)
+    check_reference_family(adapter, model.config)
+    if getattr(attention, "ghostify_reference", None) is not None:
+        raise GhostifyError("the student already has reference attention (distill --references ran on it); "
+                            "distill its source again, or distill without --references")
+    module = ReferenceAttention(teacher_hidden=teacher_hidden, student_hidden=adapter.hidden_size(model.config),
+                                delta=delta, key=_relative(paths.key, paths.attention),
+                                value=_relative(paths.value, paths.attention), ridge_alpha=ridge_alpha)
+    weight = next(attention.parameters())
+    module.to(device=weight.device, dtype=weight.dtype)
+    attention.add_module("ghostify_reference", module)
+    install_reference_attention(adapter, model.config.model_type, attention)
+
+    def arm(encoder: nn.Module, args) -> None:
+        if module._fitting:
+            return
+        if encoder.training and torch.is_grad_enabled():
+            module._stale = True  # the student is being trained: its embeddings change
+        elif module._indices is None and module.offsets is not None and (module._stale or module.ridge is None):
+            module.refit(encoder)
+        module._armed, module._first, module._hidden = True, False, None
+
+    def keep_input(layer_module: nn.Module, args, kwargs) -> None:
+        hidden = args[0] if args else next(iter(kwargs.values()))
+        if module._fitting:
+            module._hidden = hidden
+            raise _Stop
+        if module._armed:
+            module._armed, module._first, module._hidden = False, True, hidden
+
+    model.base_model.register_forward_pre_hook(arm)
+    layer.register_forward_pre_hook(keep_input, with_kwargs=True)
+    return module

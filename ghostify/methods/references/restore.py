@@ -12,14 +12,14 @@ from torch import nn
 
 from ...architectures import ArchitectureAdapter
 from ...errors import CheckpointError
-from .apply import install_references
+from .modules import install_references
 from .settings import REFERENCES_NAME, RIDGE_ALPHA
 from .store import ReferenceStore
 
 
 def restore_references(model: nn.Module, record, source: str | os.PathLike) -> None:
-    """Rebuild reference attention of ``record.references`` with its store (before the strict load)."""
-    data = getattr(record, "references", None)
+    """Rebuild reference attention of ``record.entry("references")`` with its store (before the strict load)."""
+    data = record.entry("references")
     if not data:
         return
     path = Path(source) / data.get("file", REFERENCES_NAME)
@@ -44,3 +44,11 @@ def restore_references(model: nn.Module, record, source: str | os.PathLike) -> N
 def restore(model: nn.Module, adapter: ArchitectureAdapter, record: Any, source: str) -> None:
     """The registry's entry point (``Method.restore``): rebuild this method's recorded structure."""
     restore_references(model, record, source)
+
+
+def check_entry(entry: Any, config: Any, source: str) -> None:
+    """The store must live in the checkpoint itself, never elsewhere on disk."""
+    file = entry.get("file")
+    if file is not None and (not isinstance(file, str) or Path(file).name != file or file in ("", ".", "..")):
+        raise CheckpointError(f"corrupt ghostify record in {source}: references.file = {file!r}: expected a file name "
+                              "inside the checkpoint; re-create the checkpoint")

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 from typing import Any
 
 from torch import nn
 
-from ...architectures import ArchitectureAdapter
+from ...architectures import ArchitectureAdapter, get_adapter
 from ...errors import GhostifyError
 from ...flops import count_params
 from ...record import GhostifyRecord
-from ..base import check_order
+from ..base import Context, Entry, check_order
 from .modules import _per_step, _share_config_groups, _share_slots
-from .settings import INITS, SHARING_RECORD_FORMAT, plan_groups
+from .settings import SHARING_RECORD_FORMAT, ShareSettings, plan_groups
 
 
 def check_shareable(model: nn.Module, adapter: ArchitectureAdapter, record: GhostifyRecord, groups: list[list[int]]) -> None:
@@ -30,7 +31,8 @@ def check_shareable(model: nn.Module, adapter: ArchitectureAdapter, record: Ghos
                 )
 
 
-def share(model: nn.Module, adapter: ArchitectureAdapter, record: GhostifyRecord, groups: int, init: str = "mean") -> GhostifyRecord:
+def share(model: nn.Module, adapter: ArchitectureAdapter, record: GhostifyRecord, groups: int,
+          init: str = ShareSettings.init) -> GhostifyRecord:
     """Share the layers of ``model`` in ``groups`` contiguous groups, in place; returns the new record.
 
     Example:
@@ -39,13 +41,16 @@ def share(model: nn.Module, adapter: ArchitectureAdapter, record: GhostifyRecord
         >>> from ghostify.methods.pruning import dense_record
         >>> model = tiny_model("bert", num_hidden_layers=4)
         >>> adapter = get_adapter(model.config)
-        >>> record = share(model, adapter, dense_record(model, adapter), groups=2)
+        >>> record = share(model, adapter, dense_record(model, adapter), groups=2, init="mean")
         >>> adapter.layer_applications(model)
         [2, 2]
     """
-    if init not in INITS:
-        raise GhostifyError(f"unknown --init {init!r}; choose one of {', '.join(INITS)}")
-    check_order("sharing", record)
+    ShareSettings(groups=groups, init=init)  # refuses an unknown init
+    check_order("sharing", record)  # called from Python; the command checked it before reading the weights
+    return _share(model, adapter, record, groups, init)
+
+
+def _share(model: nn.Module, adapter: ArchitectureAdapter, record: GhostifyRecord, groups: int, init: str) -> GhostifyRecord:
     plan = plan_groups(adapter, model.config, groups)
     check_shareable(model, adapter, record, plan)
     per_step = _per_step(model, adapter)
@@ -70,13 +75,20 @@ def share(model: nn.Module, adapter: ArchitectureAdapter, record: GhostifyRecord
         "params_after": count_params(model),
     }
     return replace(record, heads=[list(record.heads[i]) for i in source], ffn=[record.ffn[i] for i in source],
-                   sharing=sharing, history=list(record.history))
+                   methods={**record.methods, "sharing": sharing}, history=list(record.history))
 
 
-def describe_groups(sharing: dict[str, Any] | None) -> str:
-    """``"12 layers in 3 groups of 4,4,4 (init mean)"``, or ``"none"``."""
-    if not sharing:
-        return "none"
-    groups = sharing["groups"]
-    sizes = ",".join(str(len(g)) for g in groups)
-    return f"{sum(len(g) for g in groups)} layers in {len(groups)} groups of {sizes} (init {sharing.get('init')})"
+# ----------------------------------------------------------------------------------------------
+# the method's lifecycle (ghostify.methods.base.Method)
+# ----------------------------------------------------------------------------------------------
+def check(config: Any, record: GhostifyRecord | None, settings: ShareSettings) -> None:
+    adapter = get_adapter(config)
+    plan = plan_groups(adapter, config, settings.groups)  # refuses a bad --groups before loading weights
+    if len(plan) == adapter.num_layers(config):
+        warnings.warn(f"--groups {settings.groups} gives every layer its own group: nothing is shared", stacklevel=2)
+
+
+def apply(model: nn.Module, record: GhostifyRecord, settings: ShareSettings, context: Context) -> Entry:
+    shared = _share(model, get_adapter(model.config), record, settings.groups, settings.init)
+    data = dict(shared.methods["sharing"])
+    return Entry(format=data.pop("format"), data=data, heads=shared.heads, ffn=shared.ffn)

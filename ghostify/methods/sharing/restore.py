@@ -9,20 +9,17 @@ from torch import nn
 from ...architectures import ArchitectureAdapter
 from ...errors import CheckpointError
 from .modules import _restore_config_groups, _restore_slots
-from .settings import SHARING_RECORD_FORMAT
 
 
 def restore_sharing(model: nn.Module, adapter: ArchitectureAdapter, record: Any) -> None:
-    """Rebuild ``record.sharing`` on a freshly built model, before pruning and the strict load."""
-    sharing = getattr(record, "sharing", None)
+    """Rebuild ``record.entry("sharing")`` on a freshly built model, before pruning and the strict load."""
+    sharing = record.entry("sharing")
     if not sharing:
         return
     source = getattr(model.config, "_name_or_path", "config.json")
     groups = sharing.get("groups") if isinstance(sharing, dict) else None
     if not isinstance(groups, list) or not all(isinstance(g, list) and g for g in groups):
         raise CheckpointError(f"corrupt sharing record in {source}: no groups; re-create the checkpoint")
-    if int(sharing.get("format", SHARING_RECORD_FORMAT)) > SHARING_RECORD_FORMAT:
-        raise CheckpointError(f"{source} was written by a newer ghostify (sharing record format {sharing['format']}); upgrade ghostify")
     groups = [[int(i) for i in g] for g in groups]
     if adapter.config_groups is not None:
         _restore_config_groups(model, adapter, groups)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...errors import GhostifyError
+from ..base import setting
 
 if TYPE_CHECKING:  # the CLI reads INITS at start-up, without torch
     from ...architectures import ArchitectureAdapter
@@ -13,6 +15,20 @@ INITS = ("mean", "first")
 
 
 SHARING_RECORD_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class ShareSettings:
+    """How ``share-layers`` groups the layers, and what a group's layer starts from."""
+
+    groups: int = setting(show_default=False, help="G contiguous groups of layers, each running one set of parameters "
+                          "(sizes differ by at most one when G does not divide the layers; ALBERT needs a divisor).")
+    init: str = setting("mean", help=f"{' or '.join(INITS)}: a group's layer starts from the element-wise mean of its "
+                        "layers, or from its first layer.")
+
+    def __post_init__(self) -> None:
+        if self.init not in INITS:
+            raise GhostifyError(f"unknown --init {self.init!r}; choose one of {', '.join(INITS)}")
 
 
 def plan_groups(adapter: ArchitectureAdapter, config, groups: int) -> list[list[int]]:
@@ -43,11 +59,11 @@ def plan_groups(adapter: ArchitectureAdapter, config, groups: int) -> list[list[
     return out
 
 
-def distinct_layers(config, adapter: ArchitectureAdapter, sharing: Any) -> int:
+def distinct_layers(config, adapter: ArchitectureAdapter, sharing: Any) -> int | None:
     """How many distinct layers ``config`` builds, given the record's ``sharing`` entry (a family
     whose config shares counts its own groups: share-layers rewrote them)."""
     fact = adapter.config_groups
     if fact is not None:
         return int(getattr(config, fact.count_key)) * int(getattr(config, fact.inner_count_key))
     groups = sharing.get("groups") if isinstance(sharing, dict) else None
-    return len(groups) if isinstance(groups, list) and groups else adapter.num_layers(config)
+    return len(groups) if isinstance(groups, list) and groups else None

@@ -1,0 +1,80 @@
+"""One command per registered method that a command of its own applies (``prune``,
+``attach-ghost``, ``drop-layers``, ...), generated from the method's declaration: its settings
+fields are the options (help, flag and default from the field), its ``help`` and ``examples`` the
+``--help`` text, and what it prints is its own ``describe`` of the record it wrote."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+import typing
+from typing import Annotated, Any, Optional
+
+import typer
+
+from ...methods import DEFAULT_SEED, Method, methods
+from ..app import app
+from ..console import err
+from ..options import Model, Output, Overwrite, Seed
+
+KEYWORD = inspect.Parameter.KEYWORD_ONLY
+
+
+def _option(field: dataclasses.Field, annotation: Any) -> Any:
+    """The Typer option of one settings field (``setting(...)``'s help, flag and option arguments)."""
+    meta = field.metadata
+    option = dict(meta.get("option") or {})
+    annotation = option.pop("type", annotation)
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        inner = [a for a in typing.get_args(annotation) if a is not type(None)]
+        annotation = Optional[inner[0]] if len(inner) == 1 else annotation  # noqa: UP007 - Typer reads Optional
+    flag = meta.get("flag") or "--" + field.name.replace("_", "-")
+    return Annotated[annotation, typer.Option(flag, help=meta.get("help", ""), **option)]
+
+
+def _parameters(method: Method) -> list[inspect.Parameter]:
+    """The command's parameters: each default is the settings field's own (as the step's is)."""
+    hints = typing.get_type_hints(method.settings)
+    parameters = [inspect.Parameter("model", KEYWORD, annotation=Model),
+                  inspect.Parameter("output", KEYWORD, annotation=Output)]
+    for f in dataclasses.fields(method.settings):
+        default = f.default if f.default is not dataclasses.MISSING else inspect.Parameter.empty
+        parameters.append(inspect.Parameter(f.name, KEYWORD, annotation=_option(f, hints[f.name]), default=default))
+    if method.seeded:
+        parameters.append(inspect.Parameter("seed", KEYWORD, annotation=Seed, default=DEFAULT_SEED))
+    parameters.append(inspect.Parameter("overwrite", KEYWORD, annotation=Overwrite, default=False))
+    return parameters
+
+
+def summary(method: Method, record: Any) -> list[str]:
+    """What the command prints about the model it wrote: the method's own ``describe`` rows."""
+    info = {"methods": record.methods, **record.methods, "heads_per_layer": record.heads_per_layer,
+            "ffn_per_layer": list(record.ffn)}
+    return [f"{what}: {value}" for what, value in method.describe(info)]
+
+
+def method_command(method: Method) -> None:
+    """Register ``method``'s command on the app."""
+
+    def command(**options: Any) -> None:
+        from ... import steps  # torch and transformers: loaded when a command runs, not for --help
+
+        output = options["output"]
+        record = steps.apply_method(method, options.pop("model"), options.pop("output"), **options)
+        for line in summary(method, record):
+            err.print(line, markup=False)
+        err.print(f"wrote {output}", markup=False)
+
+    command.__name__ = method.command.replace("-", "_")
+    parameters = _parameters(method)
+    command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in parameters}
+    command.__doc__ = method.help
+    epilog = "**Examples**\n\n" + "\n\n".join(method.examples) if method.examples else None
+    app.command(method.command, epilog=epilog)(command)
+
+
+for _method in methods():
+    if _method.apply is not None:
+        method_command(_method)

@@ -1,0 +1,179 @@
+"""The record as ``heads, ffn, methods: {name: entry}`` (format 2): checkpoints written with format 1
+(one top-level field per method) still load to the same outputs; unknown or newer entries are
+refused in one line; and a method from another package is a plug-in: registered through the
+``ghostify.methods`` entry point group, with no file of ghostify changed, it shows in the CLI,
+``run --dry-run``, ``info`` and ``export``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from ghostify import load_model
+from ghostify.checkpoint import model_record, save_checkpoint
+from ghostify.errors import CheckpointError, GhostifyError
+from ghostify.record import RECORD_FORMAT, GhostifyRecord
+from ghostify.testing import tiny_batch, tiny_checkpoint
+
+FIXTURES = Path(__file__).parent / "fixtures" / "record-format-1"
+OLD = ["pruned-ghost", "grouped", "factorized-shared", "references"]
+
+
+@pytest.mark.parametrize("name", OLD)
+def test_a_format_1_checkpoint_loads_to_the_outputs_it_had(name, tmp_path):
+    expected = load_file(str(FIXTURES / "expected_logits.safetensors"))[name]
+    model = load_model(FIXTURES / name)
+    with torch.no_grad():
+        logits = model(**tiny_batch(3, 9, seed=0)).logits
+    torch.testing.assert_close(logits, expected, rtol=0, atol=0)
+    record = model_record(model)
+    old = json.loads((FIXTURES / name / "config.json").read_text())["ghostify"]
+    assert old["format"] == 1 and "methods" not in old
+    assert set(record.methods) == {k for k, v in old.items() if isinstance(v, dict)}
+    # written again, it is format 2 and still the same model
+    save_checkpoint(model, tmp_path / "again", record)
+    new = json.loads((tmp_path / "again" / "config.json").read_text())["ghostify"]
+    assert new["format"] == RECORD_FORMAT == 2 and set(new["methods"]) == set(record.methods)
+    assert not set(new) - {"heads", "ffn", "methods", "history", "format"}
+    with torch.no_grad():
+        torch.testing.assert_close(load_model(tmp_path / "again")(**tiny_batch(3, 9, seed=0)).logits, expected,
+                                   rtol=0, atol=0)
+
+
+def _edit(path: Path, edit) -> None:
+    config = json.loads((path / "config.json").read_text())
+    edit(config["ghostify"])
+    (path / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda r: r["methods"].__setitem__("telepathy", {"format": 1}), "method 'telepathy' that this ghostify does not know"),
+    (lambda r: r["methods"]["ghost"].__setitem__("format", 9), "newer ghostify (ghost record format 9)"),
+    (lambda r: r["methods"].__setitem__("ghost", [1, 2]), "methods.ghost = [1, 2]: expected a mapping"),
+    (lambda r: r.__setitem__("methods", [1]), "methods = [1]: expected a mapping"),
+    (lambda r: r.__setitem__("format", 3), "newer ghostify (record format 3)"),
+], ids=["unknown-method", "newer-entry", "entry-not-mapping", "methods-not-mapping", "newer-record"])
+def test_an_entry_no_method_reads_is_refused_in_one_line(tmp_path, edit, message):
+    shutil.copytree(FIXTURES / "pruned-ghost", tmp_path / "m")
+    load_model(tmp_path / "m")  # format 1: read
+    model = load_model(tmp_path / "m")
+    save_checkpoint(model, tmp_path / "new", model_record(model))
+    _edit(tmp_path / "new", edit)
+    with pytest.raises(CheckpointError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")
+                       .replace(")", r"\)")):
+        load_model(tmp_path / "new")
+
+
+def test_an_unknown_record_field_cannot_be_set_by_mistake():
+    record = GhostifyRecord.dense(2, 4, 37)
+    with pytest.raises(AttributeError):
+        record.ghost = {"format": 1}  # the format-1 spelling: an error, not a silently dropped field
+
+
+PLUGIN = '''
+"""A plug-in method for the test: scales the word embeddings by a factor (no new structure)."""
+from dataclasses import dataclass
+
+from ghostify.methods import Entry, Method, lazy, setting
+
+
+@dataclass(frozen=True)
+class ScaleSettings:
+    factor: float = setting(2.0, help="Multiply the word embeddings by this.")
+
+
+def describe(info):
+    entry = info.get("scale")
+    return [("scaled embeddings", f"x{entry['factor']:g}")] if entry else []
+
+
+METHOD = Method(name="scale", command="scale-embeddings", noun="scaled embeddings", settings=ScaleSettings,
+                apply=lazy("ghostify_scale_plugin.hooks:apply"), restore=lazy("ghostify_scale_plugin.restore:restore"),
+                describe=describe, before=("ghost",), tag="scaled",
+                help="Scale the word embeddings (a test plug-in).")
+'''
+
+HOOKS = '''
+import torch
+
+from ghostify.methods import Entry
+
+
+def apply(model, record, settings, context):
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(settings.factor)
+    return Entry(format=1, data={"factor": settings.factor})
+'''
+
+RESTORE = '''
+def restore(model, adapter, record, source):
+    return None  # nothing to rebuild: the weights carry the change
+'''
+
+
+@pytest.fixture(scope="module")
+def plugin(tmp_path_factory) -> dict[str, str]:
+    """An installed package that registers a method through the entry point group (on PYTHONPATH)."""
+    root = tmp_path_factory.mktemp("plugin")
+    package = root / "ghostify_scale_plugin"
+    package.mkdir()
+    (package / "__init__.py").write_text(textwrap.dedent(PLUGIN))
+    (package / "hooks.py").write_text(textwrap.dedent(HOOKS))
+    (package / "restore.py").write_text(textwrap.dedent(RESTORE))
+    info = root / "ghostify_scale_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ghostify-scale-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[ghostify.methods]\nscale = ghostify_scale_plugin:METHOD\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    return env
+
+
+def _ghostify(env, *args, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ghostify", *map(str, args)], env=env, capture_output=True, text=True,
+                          cwd=cwd, timeout=600)
+
+
+def test_a_plugin_method_is_a_command_a_stage_an_info_row_and_exports(plugin, tmp_path):
+    tiny_checkpoint(tmp_path / "m")
+    helped = _ghostify(plugin, "scale-embeddings", "--help")
+    assert helped.returncode == 0 and "--factor" in helped.stdout and "Scale the word embeddings" in helped.stdout
+    done = _ghostify(plugin, "scale-embeddings", tmp_path / "m", "-o", tmp_path / "s", "--factor", "3")
+    assert done.returncode == 0, done.stderr
+    assert "scaled embeddings: x3" in done.stderr
+    record = json.loads((tmp_path / "s" / "config.json").read_text())["ghostify"]
+    assert record["methods"]["scale"] == {"factor": 3.0, "format": 1}
+    shown = _ghostify(plugin, "info", tmp_path / "s")
+    assert shown.returncode == 0 and "x3" in shown.stdout
+    # its order rule holds in a recipe, checked before anything runs
+    (tmp_path / "r.yaml").write_text(f"model: {tmp_path / 'm'}\nstages:\n  - scale-embeddings: {{factor: 2}}\n"
+                                     "  - attach-ghost: {}\n")
+    dry = _ghostify(plugin, "run", tmp_path / "r.yaml", "-o", tmp_path / "run", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    (tmp_path / "bad.yaml").write_text(f"model: {tmp_path / 'm'}\nstages:\n  - attach-ghost: {{}}\n"
+                                       "  - scale-embeddings: {}\n")
+    refused = _ghostify(plugin, "run", tmp_path / "bad.yaml", "-o", tmp_path / "run2", "--dry-run")
+    assert refused.returncode != 0 and "scale-embeddings before attach-ghost" in refused.stderr
+    # exported with the plug-in's restore code beside it; loads without ghostify and without the plug-in
+    exported = _ghostify(plugin, "export", tmp_path / "s", "-o", tmp_path / "hf")
+    assert exported.returncode == 0, exported.stderr
+    assert (tmp_path / "hf" / "ghostify_scale_plugin_restore.py").is_file()
+    # without the plug-in, a checkpoint that has its entry is refused in one line
+    bare = _ghostify(dict(os.environ), "info", tmp_path / "s")
+    assert bare.returncode != 0 and "method 'scale' that this ghostify does not know" in bare.stderr
+    assert "Traceback" not in bare.stderr
+
+
+def test_registering_a_method_twice_is_refused():
+    from ghostify.methods import by_name, register
+
+    with pytest.raises(GhostifyError, match="registered already"):
+        register(by_name("ghost"))
