@@ -32,7 +32,7 @@ from ghostify.flatten import EMPTY, flat_parameters, settings_parameters
 REPO = Path(__file__).resolve().parents[1]
 #: the step a command calls, where its name is not the command's (``attach-ghost``: ``steps.attach_ghost``)
 STEP_NAMES = {"eval": "evaluate"}
-STRUCTURAL = ("prune", "attach-ghost", "group-linear", "factorize-embeddings", "share-layers")
+STRUCTURAL = ("prune", "attach-ghost", "group-linear", "factorize-embeddings", "share-layers", "drop-layers")
 #: not values chosen once: None is "not given" (the step decides), False a switch left off; the
 #: first test still checks that the command and the step agree on them
 ABSENT = (None, False)

@@ -31,10 +31,11 @@ ENTRY_POINT_GROUP = "ghostify.methods"
 
 def _shipped() -> tuple[Method, ...]:
     """The methods ghostify ships, in restore order (their declarations import no torch)."""
-    from . import embeddings, ghost, grouped, pruning, references, sharing
+    from . import dropped_layers, embeddings, ghost, grouped, pruning, references, sharing
 
     return (
         sharing.METHOD,
+        dropped_layers.METHOD,
         pruning.METHOD,
         grouped.METHOD,
         ghost.METHOD,
