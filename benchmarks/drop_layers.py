@@ -184,7 +184,7 @@ def real_part(args, rounds: dict[int, int]) -> str:
         acc = {"prune --width 6/12": p_acc, "drop-layers --keep 3": d_acc}.get(name)
         extra[name] = [str(len(info["heads_per_layer"])), f"{info['flops'] / 1e9:.2f}",
                        f"{acc['pytorch']:.4f}" if acc else "-", f"{acc['onnx int8']:.4f}" if acc else "-"]
-    kept = steps.info(d_model)["methods"]["layers"]["kept"]
+    kept = steps.info(d_model)["methods"]["dropped_layers"]["kept"]
     note = (f"{'**64 examples only (smoke test)**, ' if args.quick else ''}recipes/quickstart.yaml on all-MiniLM-L6-v2 "
             f"and SST-2 (validation accuracy), one seed; drop-layers kept layers {','.join(map(str, kept))} of 6 by "
             "the importance stage's layer scores; latency as above (seq 128, 1 thread, CPU ms), speed-up against the "
