@@ -253,3 +253,27 @@ def test_bench_times_checkpoints_and_exports_side_by_side(tmp_path, capsys):
     assert rows[0]["speedup"] == 1.0 and all(r["median_ms"] > 0 and r["p25_ms"] <= r["p75_ms"] for r in rows)
     code, _, err = run_cli(capsys, "bench", source, "--rounds", "0")
     assert code != 0 and err.count("\n") == 1 and "--rounds 0" in err
+
+
+def test_bench_sessions_do_not_busy_wait_between_turns(tmp_path, monkeypatch):
+    # models take turns in one process: an idle session's spinning worker threads would compete with
+    # the running one, so bench's sessions sleep as soon as a run ends; eval keeps ORT's default
+    pytest.importorskip("onnxruntime")
+    import ghostify.export.runtime as runtime
+
+    source = _chain(tmp_path, "bert", "stock")
+    steps.export(source, tmp_path / "onnx", format="onnx")
+    made = []
+    original = runtime.OnnxModel.__init__
+
+    def spy(self, path, **kwargs):
+        original(self, path, **kwargs)
+        made.append(self.session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning"))
+
+    monkeypatch.setattr(runtime.OnnxModel, "__init__", spy)
+    steps.bench([tmp_path / "onnx"], rounds=1, warmup=0, seq_len=16, threads=2)
+    assert made == ["0"]
+    monkeypatch.undo()
+    default = runtime.OnnxModel(tmp_path / "onnx" / "model.onnx", threads=2).session.get_session_options()
+    with pytest.raises(RuntimeError, match="does not have configuration"):  # ORT's default: spinning
+        default.get_session_config_entry("session.intra_op.allow_spinning")

@@ -168,13 +168,17 @@ def compare(graph: _Graph, path: Path, inputs: list[str]) -> float:
     return worst
 
 
-def session_for(path: Path, *, threads: int | None = None) -> Any:
+def session_for(path: Path, *, threads: int | None = None, spinning: bool = True) -> Any:
+    """An ONNX Runtime CPU session of ``path``; ``spinning=False`` lets its worker threads sleep as soon
+    as a run ends (``bench``: sessions that take turns must not busy-wait beside the one running)."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 

@@ -29,7 +29,7 @@ def onnx_path(model: str | os.PathLike) -> Path | None:
 class OnnxModel(nn.Module):
     """An ONNX Runtime session behind the call ghostify's evaluation makes: ``model(**batch).logits``."""
 
-    def __init__(self, path: Path, *, threads: int | None = None):
+    def __init__(self, path: Path, *, threads: int | None = None, spinning: bool = True):
         super().__init__()
         require_onnx()
         self.path = path
@@ -37,7 +37,7 @@ class OnnxModel(nn.Module):
             raise GhostifyError(f"ONNX model {path} is empty (0 bytes): it was not written completely; "
                                 "re-create it with `ghostify export --format onnx`")
         try:
-            self.session = session_for(path, threads=threads)
+            self.session = session_for(path, threads=threads, spinning=spinning)
         except Exception as exc:  # ONNX Runtime's load errors (InvalidProtobuf, Fail, ...) share no class
             if isinstance(exc, MemoryError) or "alloc" in str(exc).lower():
                 raise  # the machine's fault, not the file's: bench says it in one line
