@@ -12,7 +12,6 @@ point names its ``Method``), or with :func:`register` before it is used.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -184,13 +183,6 @@ def export_refusals(record: GhostifyRecord, format: str) -> list[str]:
 def hook_module(hook: Any) -> str:
     """The module a hook's code lives in (what an export flattens beside the model)."""
     return hook.module if isinstance(hook, lazy) else hook.__module__
-
-
-def method_module(method: Method, part: str) -> Any:
-    """A part (``"apply"``, ``"modules"``) of a method's own package, for code that runs a method
-    by its registry entry (the package is where the ``restore`` hook lives)."""
-    package = hook_module(method.restore).rpartition(".")[0]
-    return importlib.import_module(f"{package}.{part}")
 
 
 __all__ = ["DEFAULT_SEED", "ENTRY_POINT_GROUP", "Context", "Entry", "METHODS", "Method", "applied_by", "applied_names", "by_name", "check_order",
