@@ -153,7 +153,7 @@ def history_entry(command: str, arguments: dict[str, Any]) -> dict[str, Any]:
 #: history arguments that name a model or data: a local one is recorded by its absolute path, so that
 #: what reads the history later (export finds a sentence-transformers origin) does not depend on the
 #: working directory of the command that wrote it
-PATH_ARGUMENTS = ("model", "student", "teacher", "importance", "dataset", "mlm", "label_with")
+PATH_ARGUMENTS = ("model", "student", "teacher", "importance", "latency", "dataset", "mlm", "label_with")
 
 
 def _absolute_if_local(key: str, value: Any) -> Any:

@@ -254,11 +254,56 @@ class BenchDefaults:
 
 
 @dataclass(frozen=True)
+class LatencyDefaults:
+    """``ghostify latency`` (its deployment's defaults are :class:`ghostify.latency_model.Deployment`'s, its
+    rounds and warm-up passes ``bench``'s): the seed of the probe models' random weights."""
+
+    seed: int = DEFAULT_SEED
+
+
+@dataclass(frozen=True)
 class InfoDefaults:
     """``ghostify info`` (and the recipe reports' sizes): FLOPs counted at batch 1 and this length."""
 
     seq_len: int = 128
 
 
-__all__ = ["AugmentDefaults", "BenchDefaults", "DataSettings", "DistillWeights", "ExportDefaults", "FinetuneWeights", "ImportanceDefaults",
-           "InfoDefaults", "StudentSettings", "TaskSettings", "TrainSettings"]
+@dataclass(frozen=True)
+class Budget:
+    """How much data and training a compression gets: the sample counts and epochs of its stages."""
+
+    max_samples: int | None  # training examples of each training stage (None: all)
+    epochs: int
+    importance_samples: int
+    teacher_learning_rate: float = 1e-4
+    distill_learning_rate: float = 2e-4
+    finetune_learning_rate: float = 1e-4
+    teacher_weight: float = 0.5
+
+    def describe(self) -> str:
+        samples = "all" if self.max_samples is None else f"{self.max_samples:,}"
+        return f"{samples} examples, {self.epochs} epoch{'s' if self.epochs > 1 else ''}"
+
+#: ``--budget``: quick is the quickstart's data budget (minutes on a laptop CPU); standard is the ghost
+#: study's medium protocol (8,000 examples, 2 epochs of every stage)
+BUDGETS = {
+    "quick": Budget(max_samples=2000, epochs=1, importance_samples=512),
+    "standard": Budget(max_samples=8000, epochs=2, importance_samples=1024),
+}
+
+
+@dataclass(frozen=True)
+class CompressDefaults:
+    """``ghostify compress``: the settings that are its own (the deployment's are :class:`Deployment`'s)."""
+
+    budget: str = "quick"
+    #: ghosts stay off: they did not beat the pruned model in benchmarks/studies/ghost-vs-pruned(-medium)
+    ghosts: bool = False
+    #: how far the measured speed-up may miss the target before the allocation is corrected once
+    tolerance: float = 0.05
+    rounds: int = BenchDefaults.rounds
+    seed: int = DEFAULT_SEED
+
+
+__all__ = ["AugmentDefaults", "BUDGETS", "BenchDefaults", "Budget", "CompressDefaults", "DataSettings", "DistillWeights", "ExportDefaults", "FinetuneWeights", "ImportanceDefaults",
+           "InfoDefaults", "LatencyDefaults", "StudentSettings", "TaskSettings", "TrainSettings"]

@@ -24,6 +24,19 @@ NEW_FAMILIES = ["roberta-prelayernorm", "xlm-roberta-xl", "modernbert", "eurober
                 "jina_embeddings_v3"]
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_cache(tmp_path_factory):
+    """ghostify's cache (latency models) in the session's temporary directory, never the home directory;
+    tests that check the cache itself set their own."""
+    previous = os.environ.get("GHOSTIFY_CACHE")
+    os.environ["GHOSTIFY_CACHE"] = str(tmp_path_factory.mktemp("ghostify-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("GHOSTIFY_CACHE", None)
+    else:
+        os.environ["GHOSTIFY_CACHE"] = previous
+
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # one intra-op thread per test process: -n 2 workers with 2 threads each oversubscribe 2 cores
     torch.set_num_threads(1)

@@ -28,11 +28,14 @@ import ghostify.methods
 from ghostify import steps
 from ghostify.cli import app
 from ghostify.flatten import EMPTY, flat_parameters, settings_parameters
+from ghostify.recipe.compress import compress
 
 REPO = Path(__file__).resolve().parents[1]
 #: the step a command calls, where its name is not the command's (``attach-ghost``: ``steps.attach_ghost``)
 STEP_NAMES = {"eval": "evaluate"}
 STRUCTURAL = ("prune", "attach-ghost", "group-linear", "factorize-embeddings", "share-layers", "drop-layers")
+#: commands whose function runs recipes, so it lives above the steps (in ghostify.recipe)
+ABOVE_STEPS = {"compress": compress}
 #: not values chosen once: None is "not given" (the step decides), False a switch left off; the
 #: first test still checks that the command and the step agree on them
 ABSENT = (None, False)
@@ -48,6 +51,8 @@ def _cases() -> list[Any]:
 
 def _step(name: str) -> Callable[..., Any] | None:
     """The step function ``ghostify <name>`` calls (None: it calls none, like ``run`` and ``report``)."""
+    if name in ABOVE_STEPS:
+        return ABOVE_STEPS[name]
     return getattr(steps, STEP_NAMES.get(name, name.replace("-", "_")), None)
 
 

@@ -63,6 +63,7 @@ COMMANDS: dict[str, Command] = {
     "finetune": Command("finetune", steps.finetune, "model", "model", trains=True),
     "eval": Command("eval", steps.evaluate, "model", "metrics"),
     "export": Command("export", steps.export, "model", "export"),
+    "latency": Command("latency", steps.latency, "model", "export"),  # latency.json: what `prune --speedup` reads
 }
 
 
@@ -295,7 +296,7 @@ def validate(source: RecipeSource, raw: dict[str, Any]) -> Recipe:
             continue
         model = STAGE_MODELS[command_name]
         try:
-            values = model.model_validate(body).model_dump()
+            values = model.model_validate(body).model_dump(warnings=False)  # a tuple setting may default to its text ("o,ffn2")
         except ValidationError as exc:
             problems += _pydantic_problems(exc, source, (*location, command_name), model)
             values = body  # keep checking the order and references of the rest
@@ -354,7 +355,8 @@ def _check_order(source: RecipeSource, header: RecipeHeader, stages: list[Stage]
     for ref in references(header.teacher or ""):
         if ref not in {s.name for s in stages} and ref not in top:
             problems.append(f"{source.where(('teacher',))}: teacher refers to ${{{ref}}}, which is no stage; name a stage's output")
-    teacher_stage = references(header.teacher or "")
+    # the stage whose output is the teacher (``teacher: ${model}`` names the recipe's model: there from the start)
+    teacher_stage = [ref for ref in references(header.teacher or "") if ref not in top]
     for stage in stages:
         for key, value in stage.settings.items():
             for ref in references(value):

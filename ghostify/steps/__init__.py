@@ -19,6 +19,7 @@ from .export import export
 from .finetune import finetune
 from .importance import importance
 from .info import info
+from .latency import latency
 
 
 def __getattr__(name: str) -> Any:
@@ -39,5 +40,5 @@ def method_steps() -> dict[str, Any]:
     return {m.command: __getattr__(m.command.replace("-", "_")) for m in methods() if m.apply is not None}
 
 
-__all__ = ["apply_method", "augment", "bench", "distill", "evaluate", "export", "finetune", "importance", "info",
+__all__ = ["apply_method", "augment", "bench", "distill", "evaluate", "export", "finetune", "importance", "info", "latency",
            "method_step", "method_steps"]

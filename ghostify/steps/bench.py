@@ -106,14 +106,35 @@ def _runner(model: str | os.PathLike, batch: int, length: int, threads: int) -> 
         session = OnnxModel(graph, threads=threads, spinning=False)
         feeds = example_batch(load_config(graph.parent), session.inputs, batch, length, seed=0, padded=False)
         return "onnx (int8)" if "int8" in graph.name else "onnx", lambda: session(**feeds)
-    net = load_model(model).eval()
+    return "pytorch", module_runner(load_model(model).eval(), batch, length)
+
+
+def module_runner(net: torch.nn.Module, batch: int, length: int) -> Callable[[], Any]:
+    """A call that runs one forward pass of ``net`` on a fixed batch of random ids."""
     inputs = example_batch(net.config, input_names(net), batch, length, seed=0, padded=False)
 
     def run() -> Any:
         with torch.inference_mode():
             return net(**inputs)
 
-    return "pytorch", run
+    return run
+
+
+def take_turns(runs: Sequence[Callable[[], Any]], *, rounds: int, warmup: int) -> tuple[list[list[float]], list[list[float]]]:
+    """Wall-clock and CPU milliseconds of every call of each of ``runs`` over ``rounds`` rounds (after
+    ``warmup`` untimed ones), the runs taking turns within each round."""
+    for _ in range(warmup):
+        for run in runs:
+            run()
+    wall: list[list[float]] = [[] for _ in runs]
+    cpu: list[list[float]] = [[] for _ in runs]
+    for _ in range(rounds):
+        for i, run in enumerate(runs):
+            w0, c0 = time.perf_counter(), time.process_time()
+            run()
+            cpu[i].append(1000 * (time.process_time() - c0))
+            wall[i].append(1000 * (time.perf_counter() - w0))
+    return wall, cpu
 
 
 def bench(
@@ -152,17 +173,8 @@ def bench(
     torch.set_num_threads(threads)
     try:
         runners = [_guarded(m, batch_size, seq_len, lambda m=m: _runner(m, batch_size, seq_len, threads)) for m in models]
-        for _ in range(warmup):
-            for model, (_, run) in zip(models, runners):
-                _guarded(model, batch_size, seq_len, run)
-        wall: list[list[float]] = [[] for _ in runners]
-        cpu: list[list[float]] = [[] for _ in runners]
-        for _ in range(rounds):
-            for i, (_, run) in enumerate(runners):
-                w0, c0 = time.perf_counter(), time.process_time()
-                _guarded(models[i], batch_size, seq_len, run)
-                cpu[i].append(1000 * (time.process_time() - c0))
-                wall[i].append(1000 * (time.perf_counter() - w0))
+        runs = [lambda m=m, run=run: _guarded(m, batch_size, seq_len, run) for m, (_, run) in zip(models, runners)]
+        wall, cpu = take_turns(runs, rounds=rounds, warmup=warmup)
     finally:
         torch.set_num_threads(previous)
     first = statistics.median(wall[0])

@@ -1,7 +1,7 @@
 """Importing this package registers every command on the Typer app (the structural methods'
 commands are generated from the registry: :mod:`.methods`)."""
 
-from . import augment, bench, distill, evaluate, export, finetune, importance, info, methods, run  # noqa: F401
+from . import augment, bench, compress, distill, evaluate, export, finetune, importance, info, latency, methods, run  # noqa: F401
 from ..app import app
 
 # --help lists the commands by name, wherever they were declared

@@ -50,7 +50,7 @@ def _parameters(method: Method) -> list[inspect.Parameter]:
 def summary(method: Method, record: Any) -> list[str]:
     """What the command prints about the model it wrote: the method's own ``describe`` rows."""
     info = {"methods": record.methods, **record.methods, "heads_per_layer": record.heads_per_layer,
-            "ffn_per_layer": list(record.ffn)}
+            "ffn_per_layer": list(record.ffn), "history": record.history}
     return [f"{what}: {value}" for what, value in method.describe(info)]
 
 

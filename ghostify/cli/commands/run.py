@@ -47,7 +47,8 @@ def run(
             out.print(line)
         for row in rows:
             args = ", ".join(f"{k}={v}" for k, v in row["arguments"].items())
-            out.print(f"{row['stage']:<24} {human(row['params']):>8} params {human(row['flops']):>8} FLOPs  {args}")
+            params, flops = (human(row[k]) if row[k] is not None else "?" for k in ("params", "flops"))
+            out.print(f"{row['stage']:<24} {params:>8} params {flops:>8} FLOPs  {args}")
         return
 
     def say(planned, status: str) -> None:

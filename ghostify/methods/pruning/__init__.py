@@ -1,5 +1,6 @@
 """Structured pruning (Michel et al. 2019; GhostBERT §3.1): importance of heads and FFN neurons by
-loss impact through gates, selection to a width, and physical removal of the rest."""
+loss impact through gates, selection to a width or to a latency budget (Kwon et al. 2022's greedy
+search, by a latency model), and physical removal of the rest."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ METHOD = Method(
     apply=lazy("ghostify.methods.pruning.apply:apply"),
     restore=lazy("ghostify.methods.pruning.restore:restore"),
     describe=describe,
-    path_settings=("importance",),
+    path_settings=("importance", "latency"),
     # ghost modules and grouped blocks are built for the widths they were attached to
     before=("ghost", "grouped"),
     tracked=False,  # every record lists the kept heads; a dense model is a model pruned to full width
@@ -24,11 +25,16 @@ METHOD = Method(
     original architecture), the most important first, by the scores of `ghostify importance`
     (or weight magnitude, with a warning, when there are none). The result is a dense, smaller
     model that `ghostify.load_model` rebuilds exactly.
+
+    Or, with --speedup X and a latency model (`ghostify latency MODEL -o DIR`), keep the most
+    importance for a predicted latency <= dense / X: heads and neurons are removed across all
+    layers, the least importance per millisecond saved first, at least one of each kept per layer.
     """,
     examples=(
         "ghostify prune out/scored -o out/pruned --width 3/12",
         "ghostify prune bert-base-uncased -o out/bert-quarter --width 0.25",
         "ghostify prune out/scored -o out/pruned --heads-width 6/12 --ffn-width 0.25 --allocation global",
+        "ghostify prune out/scored -o out/pruned-2x --speedup 2 --latency out/latency",
     ),
 )
 
@@ -41,6 +47,7 @@ __getattr__, __dir__ = lazy_exports(
         "apply": ("check_scores_match", "dense_record", "prune", "prune_model"),
         "gates": ("Gates", "gated"),
         "importance": ("SCORES_NAME", "ImportanceScores", "compute_importance", "magnitude_importance"),
+        "latency_allocation": ("model_geometry", "select_for_latency"),
         "restore": ("apply_structure",),
     },
 )
@@ -60,8 +67,10 @@ __all__ = [
     "describe",
     "gated",
     "magnitude_importance",
+    "model_geometry",
     "parse_width",
     "prune",
     "prune_model",
     "select",
+    "select_for_latency",
 ]

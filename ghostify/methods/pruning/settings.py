@@ -1,4 +1,5 @@
-"""Which heads and neurons to keep: uniform per layer, or one global ranking.
+"""To which widths ``prune`` cuts: a width (uniform per layer, or one global ranking), or a
+predicted speed-up under a latency model (``--speedup``, ``latency_allocation.py``).
 
 Widths are relative to the *original* architecture (the config's head count and FFN size), so
 pruning a 6/12 model to 3/12 keeps 3 of its 6 heads. Kept units are ordered by importance.
@@ -6,6 +7,7 @@ pruning a 6/12 model to 3/12 keeps 3 of its 6 heads. Kept units are ordered by i
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -40,12 +42,18 @@ class PruneSettings:
     importance: str | None = setting(None, show_default=False, help="Scores file (or directory) from `ghostify "
                                      "importance`; default: the ones in MODEL.")
     allocation: str = setting("uniform", help=f"{' or '.join(ALLOCATIONS)}: same width in every layer, or one ranking "
-                              "across layers (per-layer normalised).")
+                              "across layers (per-layer normalised); with --width.")
+    speedup: float | None = setting(None, show_default=False,
+                                    help="Instead of a width: keep the most importance, heads and neurons across all "
+                                    "layers, for a predicted latency <= dense / X (needs --latency).")
+    latency: str | None = setting(None, show_default=False, help="Latency model (file, or the directory of `ghostify "
+                                  "latency MODEL -o DIR`) that --speedup predicts with.")
 
     def widths(self) -> tuple[Fraction, Fraction]:
         """The heads' and the FFN's width, each checked (a missing one is refused)."""
         if self.width is None and self.heads_width is None and self.ffn_width is None:
-            raise GhostifyError("no width given; pass --width (e.g. 0.25 or 3/12), or --heads-width and --ffn-width")
+            raise GhostifyError("no width given; pass --width (e.g. 0.25 or 3/12), or --heads-width and --ffn-width, "
+                                "or --speedup X with --latency FILE")
         base = parse_width(self.width, "--width") if self.width is not None else None
         heads = parse_width(self.heads_width, "--heads-width") if self.heads_width is not None else base
         ffn = parse_width(self.ffn_width, "--ffn-width") if self.ffn_width is not None else base
@@ -54,3 +62,40 @@ class PruneSettings:
         if self.allocation not in ALLOCATIONS:
             raise GhostifyError(f"unknown --allocation {self.allocation!r}; choose one of {', '.join(ALLOCATIONS)}")
         return heads, ffn
+
+    def target_speedup(self) -> float | None:
+        """The checked ``--speedup`` (None: prune to a width, checked by :meth:`widths`): a number
+        above 1, with a latency model, and no width or ``--allocation`` beside it."""
+        if self.speedup is None:
+            if self.latency is not None:
+                raise GhostifyError(f"--latency {self.latency} is read only with --speedup; pass --speedup X (e.g. 2) "
+                                    "to prune for a predicted latency, or drop --latency")
+            return None
+        widths = [f"--{name.replace('_', '-')}" for name in ("width", "heads_width", "ffn_width")
+                  if getattr(self, name) is not None]
+        if widths:
+            raise GhostifyError(f"--speedup and {'/'.join(widths)} are mutually exclusive: --speedup chooses the "
+                                "widths of every layer itself; pass one of them")
+        speedup = _number(self.speedup)
+        if speedup is None or not math.isfinite(speedup) or speedup <= 1:
+            raise GhostifyError(f"--speedup {self.speedup!r} must be a finite number above 1 (the predicted latency "
+                                "is at most dense / X), e.g. 2")
+        if self.allocation != PruneSettings.allocation:
+            if self.allocation not in ALLOCATIONS:
+                raise GhostifyError(f"unknown --allocation {self.allocation!r}; choose one of {', '.join(ALLOCATIONS)}")
+            raise GhostifyError(f"--allocation {self.allocation} is for --width; --speedup allocates heads and neurons "
+                                "across all layers by the latency model itself: drop --allocation")
+        if self.latency is None:
+            raise GhostifyError("--speedup needs --latency, the latency model of the deployment to predict with; "
+                                "measure one with `ghostify latency MODEL -o DIR` and pass --latency DIR")
+        return speedup
+
+
+def _number(value: object) -> float | None:
+    """``value`` as a float (a number or its text), or None when it is none."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None

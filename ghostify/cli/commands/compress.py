@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from ...latency_model import RUNTIMES, Deployment
+from ...settings import BUDGETS, CompressDefaults, DataSettings, TaskSettings
+from ..app import app
+from ..console import err, out, print_json
+from ..options import Json, Model, Seed
+from ..settings_options import settings_options
+
+
+@app.command(
+    epilog="**Examples**\n\n"
+    "ghostify compress ../shared/models/all-MiniLM-L6-v2 -o out/c2 --task sst2 --dataset ../shared/data/glue --speedup 2\n\n"
+    "ghostify compress out/teacher -o out/c3 --task sst2 --speedup 3 --runtime onnx-int8 --batch-size 32 --threads 2\n\n"
+    "ghostify compress bert-base-uncased -o out/c2 --task mrpc --speedup 2 --budget standard --runtime pytorch"
+)
+@settings_options(after={"speedup": "output"})
+def compress(
+    model: Model,
+    output: Annotated[str, typer.Option("--output", "-o", help="Directory of the run: stages/, report.md, report.json, speedup.png (re-running it skips what is done).", show_default=False)],
+    *,
+    speedup: Annotated[float, typer.Option("--speedup", help="How many times faster than MODEL the result must run, measured in the target runtime.", show_default=False)],
+    runtime: Annotated[str, typer.Option("--runtime", help=f"The runtime it ships in: {', '.join(RUNTIMES)}.")] = Deployment.runtime,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per forward pass in the deployment.")] = Deployment.batch_size,
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence in the deployment.")] = Deployment.seq_len,
+    threads: Annotated[int, typer.Option("--threads", help="CPU threads of the deployment.")] = Deployment.threads,
+    data: DataSettings,
+    task_settings: TaskSettings,
+    teacher: Annotated[Optional[str], typer.Option("--teacher", help="A fine-tuned teacher (default: MODEL when it has a head for the task; else one is fine-tuned from MODEL first).", show_default=False)] = None,
+    ghosts: Annotated[bool, typer.Option("--ghosts/--no-ghosts", help="Attach ghost modules after pruning (off: they did not pay in benchmarks/studies).")] = CompressDefaults.ghosts,
+    budget: Annotated[str, typer.Option("--budget", help=" or ".join(f"{name} ({b.describe()})" for name, b in BUDGETS.items()) + "; --max-samples, --epochs and --importance-samples override it.")] = CompressDefaults.budget,
+    epochs: Annotated[Optional[int], typer.Option("--epochs", min=1, help="Epochs of every training stage (default: the budget's).", show_default=False)] = None,
+    importance_samples: Annotated[Optional[int], typer.Option("--importance-samples", min=1, help="Examples that score heads and neurons (default: the budget's).", show_default=False)] = None,
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Timed forward passes per model in each speed-up check.")] = CompressDefaults.rounds,
+    seed: Seed = CompressDefaults.seed,
+    json_output: Json = False,
+) -> None:
+    """Make MODEL N times faster on this machine, in the runtime it ships in, losing as little accuracy as
+    the budget allows.
+
+    Measures a latency model of this machine (cached), prunes heads and FFN neurons across layers to the
+    latency budget by importance, checks the speed-up measured before training (re-allocating once when it
+    misses by more than 5%), distils from the teacher, fine-tunes, exports and measures the shipped model
+    against MODEL. --max-samples (a data option) overrides the budget's sample count.
+    """
+    from ...recipe.compress import compress as run_compress
+
+    report = run_compress(model, output, speedup=speedup,
+                          deployment=Deployment(runtime=runtime, batch_size=batch_size, seq_len=seq_len, threads=threads),
+                          data=data, task_settings=task_settings, teacher=teacher, ghosts=ghosts, budget=budget,
+                          epochs=epochs, importance_samples=importance_samples, rounds=rounds, seed=seed,
+                          say=lambda line: err.print(line, markup=False))
+    if json_output:
+        print_json(report)
+        return
+    out.print(f"measured {report['measured_speedup']:.2f}x (target {report['target_speedup']:g}x); "
+              f"{report['model_dir']}; report {output}/report.md", markup=False)

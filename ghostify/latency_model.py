@@ -1,0 +1,147 @@
+"""What one forward pass costs on this machine, as a function of what pruning keeps.
+
+A :class:`LatencyModel` is fitted from timings of small probe models of one geometry (family,
+hidden size, heads, FFN size, layers) in one deployment (runtime, batch, sequence length,
+threads) on one machine: a constant for what pruning does not change (embeddings, pooler, the
+task head), and per kept layer a constant plus a cost per kept head and per kept FFN neuron.
+It is plain data (JSON), so that the pruning method can allocate against it without knowing how
+it was measured (``ghostify latency`` measures it; ``prune --speedup`` and ``compress`` read it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import GhostifyError
+from .settings import BenchDefaults
+
+#: the runtimes a deployment can target: ONNX Runtime with int8 weights, ONNX Runtime fp32, eager PyTorch
+RUNTIMES = ("onnx-int8", "onnx", "pytorch")
+#: the JSON layout of a latency model; a newer one is refused
+LATENCY_FORMAT = 1
+#: the file a latency model is saved as, in the directory ``ghostify latency -o`` writes
+LATENCY_FILE = "latency.json"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The deployment being targeted: which runtime runs the model, on how many sequences of how many
+    tokens at once, with how many threads."""
+
+    runtime: str = RUNTIMES[0]
+    # the same defaults as ``ghostify bench``, which measures the same thing
+    batch_size: int = BenchDefaults.batch_size
+    seq_len: int = BenchDefaults.seq_len
+    threads: int = BenchDefaults.threads
+
+    def check(self) -> None:
+        if self.runtime not in RUNTIMES:
+            raise GhostifyError(f"unknown --runtime {self.runtime!r}; choose one of {', '.join(RUNTIMES)}")
+        for name, value in (("--batch-size", self.batch_size), ("--seq-len", self.seq_len), ("--threads", self.threads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise GhostifyError(f"{name} {value!r} must be a whole number of at least 1")
+
+    def describe(self) -> str:
+        return f"{self.runtime}, batch {self.batch_size} x {self.seq_len} tokens, {self.threads} thread(s)"
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The original (unpruned) shape a latency model describes; a model of another shape is refused."""
+
+    family: str
+    hidden_size: int
+    num_heads: int
+    ffn_size: int
+    num_layers: int
+
+    def describe(self) -> str:
+        return (f"{self.family}, {self.num_layers} layers, hidden {self.hidden_size}, {self.num_heads} heads, "
+                f"FFN {self.ffn_size}")
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """Milliseconds per forward pass: ``base_ms`` + over the kept layers
+    (``layer_ms`` + ``head_ms`` x heads + ``neuron_ms`` x neurons)."""
+
+    geometry: Geometry
+    deployment: Deployment
+    machine: str
+    base_ms: float
+    layer_ms: float
+    head_ms: float
+    neuron_ms: float
+    #: how well the fit predicts whole models it was not fitted on: rows of name, measured_ms, predicted_ms
+    validation: list[dict[str, Any]] = field(default_factory=list)
+    #: the probes it was fitted on: rows of layers, heads, neurons, measured_ms
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    format: int = LATENCY_FORMAT
+
+    def predict(self, heads: Sequence[int], neurons: Sequence[int]) -> float:
+        """Predicted milliseconds of a model keeping ``heads[i]`` heads and ``neurons[i]`` FFN neurons in
+        its i-th kept layer (a dropped layer is simply not listed)."""
+        if len(heads) != len(neurons):
+            raise ValueError(f"{len(heads)} head counts for {len(neurons)} layers")
+        return self.base_ms + sum(self.layer_ms + self.head_ms * h + self.neuron_ms * n for h, n in zip(heads, neurons))
+
+    def dense_ms(self) -> float:
+        """Predicted milliseconds of the unpruned model of this geometry."""
+        g = self.geometry
+        return self.predict([g.num_heads] * g.num_layers, [g.ffn_size] * g.num_layers)
+
+    def max_error(self) -> float | None:
+        """The largest relative error on the validation models (None before any)."""
+        errors = [abs(row["predicted_ms"] - row["measured_ms"]) / row["measured_ms"] for row in self.validation]
+        return max(errors) if errors else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "latency model") -> LatencyModel:
+        if not isinstance(data, dict):
+            raise GhostifyError(f"{where} is not a JSON object; write it again with `ghostify latency`")
+        version = data.get("format")
+        if not isinstance(version, int) or version > LATENCY_FORMAT:
+            raise GhostifyError(f"{where} has format {version!r}, which this ghostify (format {LATENCY_FORMAT}) "
+                                "cannot read; upgrade ghostify or measure it again with `ghostify latency`")
+        try:
+            model = cls(geometry=Geometry(**data["geometry"]), deployment=Deployment(**data["deployment"]),
+                        machine=str(data["machine"]), base_ms=float(data["base_ms"]), layer_ms=float(data["layer_ms"]),
+                        head_ms=float(data["head_ms"]), neuron_ms=float(data["neuron_ms"]),
+                        validation=list(data.get("validation", [])), probes=list(data.get("probes", [])), format=version)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise GhostifyError(f"{where} is incomplete or malformed ({type(exc).__name__}: {exc}); "
+                                "measure it again with `ghostify latency`") from None
+        costs = (model.base_ms, model.layer_ms, model.head_ms, model.neuron_ms)
+        if not all(math.isfinite(c) for c in costs) or model.dense_ms() <= 0:
+            raise GhostifyError(f"{where} has costs {costs} that predict no positive latency; "
+                                "measure it again with `ghostify latency`")
+        model.deployment.check()
+        return model
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write as JSON (the caller makes the write atomic: it is one small file in an output directory)."""
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> LatencyModel:
+        """Read a latency model file, or the ``latency.json`` in a directory, with one-line errors."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / LATENCY_FILE
+        if not path.is_file():
+            raise GhostifyError(f"latency model {path} does not exist; write one with `ghostify latency MODEL -o DIR`")
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise GhostifyError(f"latency model {path} is not readable JSON ({exc}); "
+                                "write it again with `ghostify latency`") from None
+        return cls.from_dict(data, where=f"latency model {path}")

@@ -1,0 +1,383 @@
+"""``ghostify compress``: from a model to one that is N times faster on this machine, in the runtime it
+will ship in, losing as little accuracy as a latency budget allows.
+
+The work is a recipe (the stages of ``recipes/compress.yaml``, run by the recipe runner into
+``OUT/stages/``): [fine-tune a teacher] -> importance -> latency model -> ``prune --speedup`` ->
+[attach-ghost] -> distill -> finetune with the teacher -> eval -> export -> eval. Between pruning
+and training, compress measures: the dense and the pruned model take turns in the target runtime
+(medians); a speed-up that misses the target by more than the tolerance is corrected once (the
+allocation asks for target x target / measured) and said so. Latency depends on the shape, not on
+the weights, so this check costs no training. The shipped model is measured again at the end and
+``OUT/report.md``, ``report.json`` and ``speedup.png`` say what came out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..checkpoint import load_config, read_record
+from ..errors import GhostifyError
+from ..files import check_disjoint, write_text_atomically
+from ..flatten import flat_settings
+from ..latency_model import RUNTIMES, Deployment
+from ..settings import BUDGETS, BenchDefaults, Budget, CompressDefaults, DataSettings, TaskSettings
+from .plan import plan
+from .run import StageError, check_outputs
+from .run import run as run_recipe
+from .schema import TASK_KEYS, Recipe, validate
+from .yaml_source import RecipeSource
+
+REPORT_MD = "report.md"
+REPORT_JSON = "report.json"
+PLOT = "speedup.png"
+#: the recipe's run directory inside OUT
+STAGES = "stages"
+
+
+def compress_recipe(model: str, *, speedup: float, deployment: Deployment, data: dict[str, Any], budget: Budget,
+                    ghosts: bool, teacher: str | None, seed: int) -> dict[str, Any]:
+    """The recipe compress runs, as a mapping (``recipes/compress.yaml`` is the same with ``vars``).
+
+    ``teacher`` None: ``model`` has no trained head for the task, so the first stage fine-tunes it."""
+    train = {"max_samples": budget.max_samples, "epochs": budget.epochs}
+    onnx = deployment.runtime != "pytorch"
+    stages: list[dict[str, Any]] = []
+    if teacher is None:
+        stages.append({"finetune": {"output": "teacher", **train, "learning_rate": budget.teacher_learning_rate}})
+    stages += [
+        {"eval": {"output": "teacher-eval", "model": "${teacher}"}},
+        {"importance": {"samples": budget.importance_samples}},
+        {"latency": {"runtime": deployment.runtime, "batch_size": deployment.batch_size,
+                     "seq_len": deployment.seq_len, "threads": deployment.threads}},
+        {"prune": {"speedup": speedup, "latency": "${latency}"}},
+        {"attach-ghost": {"when": ghosts}},
+        {"distill": {**train, "learning_rate": budget.distill_learning_rate}},
+        {"finetune": {"output": "final", "teacher": "${teacher}", "teacher_weight": budget.teacher_weight, **train,
+                      "learning_rate": budget.finetune_learning_rate}},
+        {"eval": {"output": "final-eval"}},
+        {"export": {"output": "onnx", "format": "onnx", "when": onnx,
+                    **({"quantize": "int8"} if deployment.runtime == "onnx-int8" else {})}},
+        {"eval": {"output": "shipped-eval", "when": onnx, "model": f"${{onnx}}/{_graph_name(deployment.runtime)}"}},
+    ]
+    return {"description": f"ghostify compress: {speedup:g}x faster in {deployment.describe()}",
+            "model": model, "teacher": teacher or "${teacher}", "data": data, "seed": seed, "stages": stages}
+
+
+def _graph_name(runtime: str) -> str:
+    return "model_int8.onnx" if runtime == "onnx-int8" else "model.onnx"
+
+
+def data_mapping(data: DataSettings, task_settings: TaskSettings) -> dict[str, Any]:
+    """The recipe's ``data:`` section: every data and task setting that differs from its default."""
+    values = {f.name: getattr(data, f.name) for f in dataclasses.fields(data)
+              if f.name != "max_samples" and getattr(data, f.name) != f.default}
+    values |= {name: getattr(task_settings, name) for name in TASK_KEYS
+               if getattr(task_settings, name) != getattr(TaskSettings(), name)}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+
+
+def _needs_teacher(model: str, data: DataSettings, task_settings: TaskSettings) -> bool:
+    """Whether ``model`` lacks a trained head for the task (then compress fine-tunes a teacher first)."""
+    from ..steps.training_common import task_kind
+
+    return task_kind(data, task_settings).head_labels(load_config(model)) is None
+
+
+def _check(speedup: float, deployment: Deployment, budget: str, tolerance: float) -> None:
+    if isinstance(speedup, bool) or not isinstance(speedup, (int, float)) or not math.isfinite(speedup) or speedup <= 1:
+        raise GhostifyError(f"--speedup {speedup!r} must be a number above 1 (e.g. 2 for twice as fast)")
+    deployment.check()
+    if budget not in BUDGETS:
+        raise GhostifyError(f"unknown --budget {budget!r}; choose one of {', '.join(BUDGETS)}")
+    if not 0 < tolerance < 1:
+        raise GhostifyError(f"tolerance {tolerance!r} must be between 0 and 1")
+
+
+@flat_settings
+def compress(
+    model: str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    speedup: float,
+    deployment: Deployment = Deployment(),
+    data: DataSettings = DataSettings(),
+    task_settings: TaskSettings = TaskSettings(),
+    teacher: str | os.PathLike | None = None,
+    ghosts: bool = CompressDefaults.ghosts,
+    budget: str = CompressDefaults.budget,
+    epochs: int | None = None,
+    importance_samples: int | None = None,
+    tolerance: float = CompressDefaults.tolerance,
+    rounds: int = CompressDefaults.rounds,
+    seed: int = CompressDefaults.seed,
+    say: Callable[[str], None] = lambda line: None,
+) -> dict[str, Any]:
+    """Compress ``model`` (with ``teacher``, or itself when it is fine-tuned for the task, as the teacher)
+    to a predicted ``speedup`` in ``deployment``, check it measured, train it, and write the report.
+    Re-running with the same ``output`` skips the stages already done.
+
+    Example:
+        >>> compress("./minilm", "out/c2", speedup=2, data=DataSettings(task="sst2", dataset="../shared/data/glue"))  # doctest: +SKIP
+    """
+    _check(speedup, deployment, budget, tolerance)
+    data.validate()
+    task_settings.validate()
+    chosen = BUDGETS[budget]
+    chosen = dataclasses.replace(chosen, max_samples=data.max_samples or chosen.max_samples,
+                                 epochs=epochs or chosen.epochs,
+                                 importance_samples=importance_samples or chosen.importance_samples)
+    out = Path(output).expanduser()
+    if out.exists() and not out.is_dir():
+        raise GhostifyError(f"output {out} exists and is a file; choose another -o")
+    model = str(model)
+    if teacher is None and _needs_teacher(model, data, task_settings):
+        say(f"{model} has no trained head for task {data.task}: a teacher is fine-tuned first")
+    elif teacher is None:
+        teacher = model
+    check_disjoint([out], [(label, str(path)) for label, path in (("model", model), ("teacher", teacher),
+                                                                   ("dataset", data.dataset)) if path is not None])
+
+    def recipe_for(allocated: float) -> Recipe:
+        raw = compress_recipe(model, speedup=allocated, deployment=deployment, data=data_mapping(data, task_settings),
+                              budget=chosen, ghosts=ghosts, teacher=None if teacher is None else str(teacher), seed=seed)
+        return validate(RecipeSource(yaml.safe_dump(raw, sort_keys=False), "compress"), raw)
+
+    run_dir = out / STAGES
+    recipe = recipe_for(speedup)
+    check_outputs(recipe, run_dir, plan(recipe, run_dir))
+    attempts = [_allocate_and_measure(recipe, run_dir, deployment, rounds, say)]
+    first = attempts[0]
+    if abs(first["measured"] / speedup - 1) > tolerance:
+        # the measured cost of what pruning keeps differs from the model's; scale the target by the miss
+        allocated = speedup * first["predicted"] / first["measured"]
+        say(f"measured {first['measured']:.2f}x for a predicted {first['predicted']:.2f}x: re-allocating once "
+            f"for a predicted {allocated:.2f}x")
+        corrected = recipe_for(allocated)
+        try:
+            attempts.append(_allocate_and_measure(corrected, run_dir, deployment, rounds, say))
+            recipe = corrected
+        except StageError as exc:  # e.g. the corrected target is beyond what pruning can reach
+            say(f"the re-allocation failed, the first allocation is kept: {exc}")
+    run_recipe(recipe, run_dir, on_stage=lambda planned, status: say(f"{planned.label}: {status}"))
+    stages = {p.stage.name: p.directory for p in plan(recipe, run_dir)}
+    shipped = _shipped(stages, deployment)
+    final = _measure(_dense(recipe, stages), shipped, deployment, rounds, shipped_is_export=deployment.runtime != "pytorch")
+    report = _report(recipe, stages, speedup, deployment, chosen, budget, attempts, final, tolerance)
+    _write_report(out, report)
+    say(f"measured {final['measured']:.2f}x (target {speedup:g}x) in {deployment.describe()}; wrote {out / REPORT_MD}")
+    return report
+
+
+def _prefix(recipe: Recipe, last: str) -> Recipe:
+    """The recipe's stages up to and including the one named ``last`` (the same directories)."""
+    names = [s.name for s in recipe.stages]
+    return dataclasses.replace(recipe, stages=recipe.stages[: names.index(last) + 1])
+
+
+def _allocate_and_measure(recipe: Recipe, run_dir: Path, deployment: Deployment, rounds: int,
+                          say: Callable[[str], None]) -> dict[str, Any]:
+    """Run the stages up to the pruned (and ghosted) model, then time it against the teacher."""
+    names = [s.name for s in recipe.stages]
+    last = "attach-ghost" if "attach-ghost" in names else "prune"
+    run_recipe(_prefix(recipe, last), run_dir, on_stage=lambda planned, status: say(f"{planned.label}: {status}"))
+    stages = {p.stage.name: p.directory for p in plan(recipe, run_dir)}
+    pruned = stages[last]
+    entry = _speedup_entry(pruned)
+    result = _measure(_dense(recipe, stages), pruned, deployment, rounds)
+    result["predicted"] = entry["dense_ms"] / entry["predicted_ms"]  # prune --speedup keeps at least the target
+    result["allocated_for"] = recipe.stages[names.index("prune")].settings["speedup"]
+    say(f"pruned for a predicted {result['predicted']:.2f}x: measured {result['measured']:.2f}x")
+    return result
+
+
+def _dense(recipe: Recipe, stages: dict[str, Path]) -> Path:
+    """What the speed-up is measured against: the model being compressed (or the teacher fine-tuned from it)."""
+    return stages.get("teacher") or Path(recipe.header.model)
+
+
+def _speedup_entry(model: Path) -> dict[str, Any]:
+    """What ``prune --speedup`` recorded (the dense and the predicted milliseconds), from the model's history."""
+    record = read_record(load_config(model))
+    for item in reversed(record.history if record is not None else []):
+        arguments = item.get("arguments", {}) if isinstance(item, dict) else {}
+        if arguments.get("speedup"):
+            return arguments
+    return {}
+
+
+def _shipped(stages: dict[str, Path], deployment: Deployment) -> Path:
+    if deployment.runtime == "pytorch":
+        return stages["final"]
+    return stages["onnx"] / _graph_name(deployment.runtime)
+
+
+def _measure(dense: Path, compressed: Path, deployment: Deployment, rounds: int, *,
+             shipped_is_export: bool = False) -> dict[str, Any]:
+    """The dense and the compressed model taking turns in the target runtime: medians and spread."""
+    from ..steps import bench, export
+
+    with tempfile.TemporaryDirectory(prefix="ghostify-compress-") as tmp:
+        models = [_in_runtime(dense, Path(tmp) / "dense", deployment, export)]
+        models.append(compressed if shipped_is_export else _in_runtime(compressed, Path(tmp) / "compressed", deployment, export))
+        rows = bench(models, batch_size=deployment.batch_size, seq_len=deployment.seq_len, threads=deployment.threads,
+                     rounds=rounds, warmup=max(1, BenchDefaults.warmup))
+    dense_ms, compressed_ms = rows[0]["median_ms"], rows[1]["median_ms"]
+    result = {"clock": "wall", "dense_ms": dense_ms, "compressed_ms": compressed_ms, "measured": dense_ms / compressed_ms,
+              # the speed-up from the quartiles: the range a busier or quieter moment of the machine gives
+              "measured_low": rows[0]["p25_ms"] / rows[1]["p75_ms"],
+              "measured_high": rows[0]["p75_ms"] / rows[1]["p25_ms"], "rounds": rounds,
+              "wall_ms": {"dense": dense_ms, "compressed": compressed_ms},
+              "cpu_ms": {"dense": rows[0]["cpu_median_ms"], "compressed": rows[1]["cpu_median_ms"]}}
+    if deployment.threads == 1:
+        # one thread: CPU time is the latency of a quiet machine, and other processes do not count in it
+        # (as `ghostify latency` fits); the wall-clock figures stay in the report
+        dense_cpu, compressed_cpu = rows[0]["cpu_median_ms"], rows[1]["cpu_median_ms"]
+        result |= {"clock": "cpu", "dense_ms": dense_cpu, "compressed_ms": compressed_cpu,
+                   "measured": dense_cpu / compressed_cpu}
+    return result
+
+
+def _in_runtime(model: Path, directory: Path, deployment: Deployment, export: Callable[..., Any]) -> str:
+    """``model`` as the target runtime runs it: the checkpoint itself, or its ONNX graph."""
+    if deployment.runtime == "pytorch":
+        return str(model)
+    export(model, directory, format="onnx", quantize="int8" if deployment.runtime == "onnx-int8" else None)
+    return str(directory / _graph_name(deployment.runtime))
+
+
+def _metrics(directory: Path) -> dict[str, Any]:
+    path = directory / "eval.json"
+    return json.loads(path.read_text()).get("metrics", {}) if path.is_file() else {}
+
+
+def _report(recipe: Recipe, stages: dict[str, Path], speedup: float, deployment: Deployment, budget: Budget,
+            budget_name: str, attempts: list[dict[str, Any]], final: dict[str, Any], tolerance: float) -> dict[str, Any]:
+    from ..steps.info import report_size
+
+    teacher = stages.get("teacher") or Path(recipe.header.teacher)
+    model = stages["final"]
+    record = read_record(load_config(model))
+    heads, neurons = [len(h) for h in record.heads], list(record.ffn)
+    teacher_size, size = report_size(teacher, deployment.seq_len), report_size(model, deployment.seq_len)
+    return {
+        "model": recipe.header.model, "teacher": str(teacher), "task": recipe.header.data.task,
+        "target_speedup": speedup, "deployment": dataclasses.asdict(deployment), "budget": budget_name,
+        "budget_settings": dataclasses.asdict(budget), "tolerance": tolerance,
+        "measured_speedup": final["measured"], "measured_range": [final["measured_low"], final["measured_high"]],
+        "within_tolerance": abs(final["measured"] / speedup - 1) <= tolerance,
+        "latency_ms": {"dense": final["dense_ms"], "compressed": final["compressed_ms"]}, "clock": final["clock"],
+        "wall_ms": final["wall_ms"], "cpu_ms": final["cpu_ms"],
+        "allocations": attempts, "reallocated": len(attempts) > 1,
+        "teacher_metrics": _metrics(stages["teacher-eval"]), "metrics": _metrics(stages["final-eval"]),
+        "shipped_metrics": _metrics(stages["shipped-eval"]) if "shipped-eval" in stages else None,
+        "params": {"teacher": teacher_size["params"], "compressed": size["params"]},
+        "flops": {"teacher": teacher_size["flops"], "compressed": size["flops"]},
+        "heads_per_layer": heads, "neurons_per_layer": neurons,
+        "model_dir": str(model), "shipped": str(_shipped(stages, deployment)), "stages_dir": str(stages["final"].parent),
+    }
+
+
+def _write_report(out: Path, report: dict[str, Any]) -> None:
+    write_text_atomically(out / REPORT_JSON, json.dumps(report, indent=2, default=str))
+    write_text_atomically(out / REPORT_MD, markdown(report))
+    _plot(out / PLOT, report)
+
+
+def _metric_line(metrics: dict[str, Any] | None) -> str:
+    if not metrics:
+        return "-"
+    return ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def _kept(metrics: dict[str, Any] | None, teacher: dict[str, Any] | None) -> str:
+    """`` (98.6% of the teacher)`` for the first metric both have."""
+    common = [k for k in (metrics or {}) if k in (teacher or {}) and isinstance(teacher[k], (int, float)) and teacher[k]]
+    return f" ({100 * metrics[common[0]] / teacher[common[0]]:.1f}% of the teacher)" if common else ""
+
+
+def markdown(report: dict[str, Any]) -> str:
+    d = Deployment(**report["deployment"])
+    low, high = report["measured_range"]
+    lines = [
+        f"# ghostify compress: {report['model']}",
+        "",
+        f"Target **{report['target_speedup']:g}x** in {d.describe()}; measured **{report['measured_speedup']:.2f}x** "
+        f"(quartile range {low:.2f}-{high:.2f}x; dense {report['latency_ms']['dense']:.2f} ms, compressed "
+        f"{report['latency_ms']['compressed']:.2f} ms, medians of {report['allocations'][0]['rounds']} interleaved rounds, "
+        f"{report['clock']} time)"
+        + ("" if report["within_tolerance"] else f" — **misses the target by more than {report['tolerance']:.0%}**") + ".",
+        "",
+        "| | teacher | compressed |",
+        "|---|---|---|",
+        f"| validation | {_metric_line(report['teacher_metrics'])} | {_metric_line(report['metrics'])}"
+        f"{_kept(report['metrics'], report['teacher_metrics'])} |",
+    ]
+    if report.get("shipped_metrics") is not None:
+        lines.append(f"| shipped ({d.runtime}) | | {_metric_line(report['shipped_metrics'])}"
+                     f"{_kept(report['shipped_metrics'], report['teacher_metrics'])} |")
+    lines += [
+        f"| parameters | {report['params']['teacher']:,} | {report['params']['compressed']:,} |",
+        f"| FLOPs (seq {d.seq_len}) | {report['flops']['teacher']:,} | {report['flops']['compressed']:,} |",
+        "",
+        "Allocations (`prune --speedup`, then the dense and the pruned model timed side by side before any training):",
+        "",
+        "| attempt | allocated for | predicted | measured |",
+        "|---|---|---|---|",
+    ]
+    for i, a in enumerate(report["allocations"], 1):
+        lines.append(f"| {i} | {a['allocated_for']:.2f}x | {a['predicted']:.2f}x | {a['measured']:.2f}x |")
+    if report["reallocated"]:
+        lines += ["", "The first allocation missed the target by more than the tolerance: re-allocated once with the "
+                      "measured correction (allocated for target x predicted / measured)."]
+    lines += ["", "Kept per layer:", "", "| layer | heads | FFN neurons |", "|---|---|---|"]
+    for i, (h, n) in enumerate(zip(report["heads_per_layer"], report["neurons_per_layer"])):
+        lines.append(f"| {i} | {h} | {n} |")
+    b = Budget(**report["budget_settings"])
+    lines += ["", f"Budget `{report['budget']}`: {b.describe()} of every training stage, importance on "
+                  f"{b.importance_samples:,} examples; learning rates {b.teacher_learning_rate:g} (teacher), "
+                  f"{b.distill_learning_rate:g} (distill), {b.finetune_learning_rate:g} (fine-tune with the teacher, "
+                  f"weight {b.teacher_weight:g}).",
+              f"Model: `{report['model_dir']}`; shipped: `{report['shipped']}`; every stage: `{report['stages_dir']}`."]
+    return "\n".join(lines) + "\n"
+
+
+def _plot(path: Path, report: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    layers = range(len(report["heads_per_layer"]))
+    left.bar([i - 0.2 for i in layers], report["heads_per_layer"], width=0.4, label="heads")
+    twin = left.twinx()
+    twin.bar([i + 0.2 for i in layers], report["neurons_per_layer"], width=0.4, color="tab:orange", label="FFN neurons")
+    left.set_xlabel("layer")
+    left.set_ylabel("heads kept")
+    twin.set_ylabel("FFN neurons kept")
+    left.set_title("kept per layer")
+    attempts = report["allocations"]
+    labels = [f"alloc {i}" for i in range(1, len(attempts) + 1)] + ["shipped"]
+    measured = [a["measured"] for a in attempts] + [report["measured_speedup"]]
+    right.bar(labels, measured, color="tab:green")
+    right.axhline(report["target_speedup"], color="black", linestyle="--", label=f"target {report['target_speedup']:g}x")
+    right.set_ylabel("measured speed-up")
+    right.set_title(Deployment(**report["deployment"]).describe(), fontsize=8)
+    right.legend()
+    fig.tight_layout()
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".png", delete=False) as tmp:
+        fig.savefig(tmp.name, dpi=110)
+    plt.close(fig)
+    os.replace(tmp.name, path)
+
+
+__all__ = ["BUDGETS", "Budget", "CompressDefaults", "RUNTIMES", "compress", "compress_recipe", "data_mapping", "markdown"]

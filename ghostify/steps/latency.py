@@ -1,0 +1,337 @@
+"""``ghostify latency``: a measured latency model of this machine (:class:`ghostify.latency_model.LatencyModel`).
+
+Probe models of the checkpoint's own architecture, random weights, one or two layers pruned
+uniformly to a few head and neuron counts, are timed taking turns in the target runtime; a least
+squares fit of ``base + layers x layer + heads x head + neurons x neuron`` milliseconds is then
+checked against whole models of full depth it did not see. The result is cached per geometry,
+deployment and machine in ghostify's cache directory, so that ``prune --speedup`` and ``compress``
+measure once.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import platform
+import statistics
+import tempfile
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..architectures import get_adapter
+from ..checkpoint import _auto_class, load_config, read_record, save_checkpoint
+from ..errors import GhostifyError
+from ..export.onnx import INT8_NAME, ONNX_NAME
+from ..files import atomic_directory, check_output_dir, write_text_atomically
+from ..latency_model import LATENCY_FILE, Deployment, Geometry, LatencyModel
+from ..methods import layer_origin
+from ..methods.pruning import dense_record, prune_model
+from ..record import RECORD_KEY, GhostifyRecord
+from ..settings import BenchDefaults, LatencyDefaults
+from .bench import _check_memory, _check_positions, _guarded, _runner, module_runner, take_turns
+from .export import export
+
+#: the environment variable naming ghostify's cache directory (else ``$XDG_CACHE_HOME/ghostify``, else
+#: ``~/.cache/ghostify``)
+CACHE_ENV = "GHOSTIFY_CACHE"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One model to time: its name and the heads and FFN neurons each of its layers keeps."""
+
+    name: str
+    heads: tuple[int, ...]
+    neurons: tuple[int, ...]
+
+    def row(self) -> dict[str, Any]:
+        return {"name": self.name, "layers": len(self.heads), "heads": list(self.heads), "neurons": list(self.neurons)}
+
+
+def latency(
+    model: str | os.PathLike,
+    output: str | os.PathLike | None = None,
+    *,
+    runtime: str = Deployment.runtime,
+    batch_size: int = Deployment.batch_size,
+    seq_len: int = Deployment.seq_len,
+    threads: int = Deployment.threads,
+    rounds: int = BenchDefaults.rounds,
+    warmup: int = BenchDefaults.warmup,
+    refresh: bool = False,
+    seed: int = LatencyDefaults.seed,
+    overwrite: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> LatencyModel:
+    """The latency model of ``model``'s original geometry (a pruned model describes the model it was
+    pruned from) in the deployment ``runtime`` x ``batch_size`` x ``seq_len`` x ``threads`` on this
+    machine: from the cache when it was measured before (``refresh`` measures again), else
+    measured on probe models (``rounds`` timed passes each after ``warmup`` untimed ones, the
+    models taking turns; medians of CPU time on one thread, of wall-clock time on more) and cached.
+    ``output``: a directory to write its ``latency.json`` to. ``progress`` is called with a line for each phase.
+
+    Example:
+        >>> lat = latency("sentence-transformers/all-MiniLM-L6-v2", runtime="onnx-int8", threads=1)  # doctest: +SKIP
+        >>> lat.predict([6] * 6, [768] * 6) / lat.dense_ms()                                          # doctest: +SKIP
+    """
+    say = progress or (lambda line: None)
+    deployment = Deployment(runtime=runtime, batch_size=batch_size, seq_len=seq_len, threads=threads)
+    deployment.check()
+    for name, value, least in (("--rounds", rounds, 1), ("--warmup", warmup, 0), ("--seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise GhostifyError(f"{name} {value!r} must be a whole number of at least {least}")
+    out = check_output_dir(output, overwrite=overwrite, inputs=(model,)) if output is not None else None
+    config = load_config(model)
+    geometry = original_geometry(config)
+    _check_positions(model, config, seq_len)
+    _check_memory(model, config, batch_size, seq_len)
+    machine = machine_key(runtime)
+    path = cache_file(geometry, deployment, machine)
+    result = None if refresh else cached(geometry, deployment, machine)
+    if result is not None:
+        say(f"measured before on this machine: {path} (--refresh measures again)")
+    else:
+        result = measure(probe_config(config), geometry, deployment, machine, rounds=rounds, warmup=warmup, seed=seed,
+                         say=say)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(path, json.dumps(result.to_dict(), indent=2) + "\n")
+        say(f"cached as {path}")
+    if out is not None:
+        with atomic_directory(out, overwrite=overwrite) as tmp:
+            result.save(tmp / LATENCY_FILE)
+    return result
+
+
+# ---- what is measured ------------------------------------------------------------------------------
+
+def original_geometry(config: Any) -> Geometry:
+    """The geometry of the model ``config`` was made from: pruning keeps the original head and FFN
+    sizes in the config (the record lists what is kept), drop-layers says how many layers there were.
+    Attention is counted in units (heads, or key/value groups), as pruning counts it."""
+    adapter = get_adapter(config)  # one line for a family ghostify cannot prune
+    origin = layer_origin(read_record(config))
+    layers = origin[1] if origin is not None else adapter.num_layers(config)
+    return Geometry(family=adapter.family or config.model_type, hidden_size=adapter.hidden_size(config),
+                    num_heads=adapter.num_units(config), ffn_size=adapter.ffn_size(config), num_layers=layers)
+
+
+def probe_config(config: Any) -> Any:
+    """The config of the original architecture, without ghostify's record (what any method changed)."""
+    config = copy.deepcopy(config)
+    if hasattr(config, RECORD_KEY):
+        delattr(config, RECORD_KEY)
+    return config
+
+
+def probe_shapes(geometry: Geometry) -> list[Shape]:
+    """The probes the costs are fitted on: one and two layers; all, half and one head; all, half and an
+    eighth of the neurons, so that the constant, the per-layer, per-head and per-neuron costs are each
+    identifiable."""
+    units, ffn = geometry.num_heads, geometry.ffn_size
+    half, n2, n8 = max(1, units // 2), max(1, ffn // 2), max(1, ffn // 8)
+    grid = [(1, units, ffn), (1, half, ffn), (1, 1, ffn), (1, units, n2), (1, units, n8),
+            (2, units, ffn), (2, 1, n8), (2, half, n2)]
+    shapes: dict[tuple[int, int, int], Shape] = {}
+    for layers, heads, neurons in grid:  # a one-head model repeats some: each is timed once
+        name = f"{layers} layer(s), {heads} heads, {neurons} neurons"
+        shapes.setdefault((layers, heads, neurons), Shape(name, (heads,) * layers, (neurons,) * layers))
+    return list(shapes.values())
+
+
+def validation_shapes(geometry: Geometry, *, per_layer: bool) -> list[Shape]:
+    """Whole models of full depth the fit does not see: dense, half width, and (where the layers are
+    distinct, ``per_layer``) a different width in every layer."""
+    layers, units, ffn = geometry.num_layers, geometry.num_heads, geometry.ffn_size
+    shapes = [Shape("dense", (units,) * layers, (ffn,) * layers),
+              Shape("half width", (max(1, units // 2),) * layers, (max(1, ffn // 2),) * layers)]
+    if per_layer and layers > 1:
+        heads = tuple(max(1, units - i * (units - 1) // (layers - 1)) for i in range(layers))
+        neurons = tuple(max(1, ffn * (i + 1) // layers) for i in range(layers))
+        shapes.append(Shape("non-uniform", heads, neurons))
+    return shapes
+
+
+def build(config: Any, shape: Shape, seed: int) -> tuple[torch.nn.Module, GhostifyRecord]:
+    """A model of ``config``'s class with ``shape``'s layers, random weights (seeded), pruned to its widths
+    with the pruning method's own function, and its record."""
+    adapter = get_adapter(config)
+    layers = len(shape.heads)
+    # keys with one entry per layer (ModernBERT's layer_types): the first ones, or where drop-layers left
+    # fewer than this depth needs, the family's own default for it
+    lists = {key: getattr(config, key, None) for key in adapter.per_layer_config_keys}
+    short = [key for key, value in lists.items() if isinstance(value, list) and len(value) < layers]
+    if short:
+        data = {k: v for k, v in config.to_dict().items() if k not in short}
+        config = type(config).from_dict({**data, adapter.num_layers_key: layers})
+    config = copy.deepcopy(config)
+    setattr(config, adapter.num_layers_key, layers)
+    for key, value in lists.items():
+        if key not in short and isinstance(value, list):
+            setattr(config, key, value[:layers])
+    cls = _auto_class(config, None)
+    make = getattr(cls, "from_config", None) or cls._from_config
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.manual_seed(seed)
+        net = make(config).eval()
+    distinct = adapter.layers(net)
+    if len(distinct) != layers and (len(set(shape.heads)) > 1 or len(set(shape.neurons)) > 1):
+        raise ValueError(f"{len(distinct)} distinct layers cannot keep {layers} different widths")
+    heads, neurons = shape.heads[:len(distinct)], shape.neurons[:len(distinct)]
+    record = prune_model(net, adapter, dense_record(net, adapter), [list(range(h)) for h in heads],
+                         [list(range(n)) for n in neurons])
+    return net, record
+
+
+def measure(config: Any, geometry: Geometry, deployment: Deployment, machine: str, *, rounds: int, warmup: int,
+            seed: int, say: Callable[[str], None]) -> LatencyModel:
+    """Time the probes and the validation models (taking turns), fit the costs, and check them."""
+    probes = probe_shapes(geometry)
+    checks = validation_shapes(geometry, per_layer=_distinct_layers(config) > 1)
+    shapes = [*probes, *checks]
+    previous = torch.get_num_threads()
+    torch.set_num_threads(deployment.threads)
+    try:
+        with tempfile.TemporaryDirectory(prefix="ghostify-latency-") as scratch:
+            runs = []
+            for i, shape in enumerate(shapes, 1):
+                say(f"preparing {i}/{len(shapes)}: {shape.name}")
+                runs.append(_prepared(config, shape, deployment, seed, Path(scratch) / f"{i:02d}"))
+            say(f"timing {len(runs)} models x {rounds} rounds ({deployment.describe()})")
+            wall, cpu = take_turns(runs, rounds=rounds, warmup=warmup)
+    finally:
+        torch.set_num_threads(previous)
+    # on one thread, CPU time is the forward pass's own work: what other processes take of the machine
+    # meanwhile does not count (on more threads, CPU time adds theirs up: wall-clock time then)
+    clock = cpu if deployment.threads == 1 else wall
+    rows = [{**shape.row(), "measured_ms": statistics.median(m), "wall_ms": statistics.median(w),
+             "cpu_ms": statistics.median(c)} for shape, m, w, c in zip(shapes, clock, wall, cpu)]
+    base, layer, head, neuron = fit_costs(rows[:len(probes)])
+    result = LatencyModel(geometry=geometry, deployment=deployment, machine=machine, base_ms=base, layer_ms=layer,
+                          head_ms=head, neuron_ms=neuron)
+    for row in rows:
+        row["predicted_ms"] = result.predict(row["heads"], row["neurons"])
+    result.probes.extend(rows[:len(probes)])
+    result.validation.extend({k: v for k, v in row.items() if k != "layers"} for row in rows[len(probes):])
+    return result
+
+
+def _distinct_layers(config: Any) -> int:
+    """Distinct layers of a two-layer model of ``config`` (1 where the family shares them)."""
+    adapter = get_adapter(config)
+    return len(adapter.layers(build(config, Shape("two layers", (1, 1), (1, 1)), 0)[0]))
+
+
+def _prepared(config: Any, shape: Shape, deployment: Deployment, seed: int, scratch: Path) -> Callable[[], Any]:
+    """One forward pass of ``shape``'s model on a fixed batch, in the deployment's runtime (an ONNX
+    model is exported with ``ghostify export`` into ``scratch``)."""
+    net, record = build(config, shape, seed)
+    batch, length = deployment.batch_size, deployment.seq_len
+    if deployment.runtime == "pytorch":
+        run = module_runner(net, batch, length)
+    else:
+        checkpoint, onnx = scratch / "checkpoint", scratch / "onnx"
+        save_checkpoint(net, checkpoint, record)
+        export(checkpoint, onnx, format="onnx", quantize="int8" if deployment.runtime == "onnx-int8" else None)
+        graph = onnx / (INT8_NAME if deployment.runtime == "onnx-int8" else ONNX_NAME)
+        _, run = _guarded(shape.name, batch, length, lambda: _runner(graph, batch, length, deployment.threads))
+    return lambda: _guarded(shape.name, batch, length, run)
+
+
+# ---- the fit -------------------------------------------------------------------------------------
+
+def features(heads: Sequence[int], neurons: Sequence[int]) -> list[float]:
+    """What a model's latency is linear in: a constant, its layers, its heads and its neurons (summed)."""
+    return [1.0, float(len(heads)), float(sum(heads)), float(sum(neurons))]
+
+
+def fit_costs(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float, float, float]:
+    """``base_ms, layer_ms, head_ms, neuron_ms`` that best predict the rows' ``measured_ms`` from their
+    per-layer ``heads`` and ``neurons`` (least squares), none negative: a cost the noise makes negative
+    is set to 0 and the others fitted again (an allocator must never gain time by keeping more)."""
+    x = torch.tensor([features(r["heads"], r["neurons"]) for r in rows], dtype=torch.float64)
+    y = torch.tensor([[float(r["measured_ms"])] for r in rows], dtype=torch.float64)
+    active = list(range(x.shape[1]))
+    while True:
+        solution = torch.linalg.lstsq(x[:, active], y, driver="gelsd").solution.flatten().tolist()
+        worst = min(range(len(active)), key=lambda i: solution[i])
+        if solution[worst] >= 0 or len(active) == 1:
+            break
+        del active[worst]
+    costs = [0.0] * x.shape[1]
+    for column, value in zip(active, solution):
+        costs[column] = max(0.0, value)
+    return costs[0], costs[1], costs[2], costs[3]
+
+
+# ---- the cache -----------------------------------------------------------------------------------
+
+def cache_dir() -> Path:
+    """ghostify's cache directory: ``$GHOSTIFY_CACHE``, else ``$XDG_CACHE_HOME/ghostify``, else
+    ``~/.cache/ghostify``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "ghostify"
+    return Path.home() / ".cache" / "ghostify"
+
+
+def machine_key(runtime: str) -> str:
+    """This machine as far as a latency model goes: the CPU, how many, and the versions of what runs it."""
+    cpu = _cpu_model() or platform.processor() or platform.machine() or "unknown CPU"
+    versions = [f"torch {torch.__version__}"]  # eager PyTorch, or the exporter that wrote the graph
+    if runtime == "pytorch":
+        import transformers  # deferred with the models
+
+        versions.append(f"transformers {transformers.__version__}")
+    else:
+        import onnxruntime  # ghostify export checked it is installed before any of this runs
+
+        versions.append(f"onnxruntime {onnxruntime.__version__}")
+    return f"{cpu} x {os.cpu_count()}; " + ", ".join(versions)
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def cache_file(geometry: Geometry, deployment: Deployment, machine: str) -> Path:
+    """Where the latency model of ``geometry`` in ``deployment`` on ``machine`` is cached."""
+    key = json.dumps({"geometry": asdict(geometry), "deployment": asdict(deployment), "machine": machine},
+                     sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:20]
+    return cache_dir() / "latency" / f"{geometry.family.replace('/', '-')}-{digest}.json"
+
+
+def cached(geometry: Geometry, deployment: Deployment, machine: str) -> LatencyModel | None:
+    """The cached latency model of this key, or None (a corrupt or mismatched file is ignored with a warning)."""
+    path = cache_file(geometry, deployment, machine)
+    if not path.is_file():
+        return None
+    try:
+        found = LatencyModel.load(path)
+    except GhostifyError as exc:
+        warnings.warn(f"ignoring the cached latency model {path}: {exc}", stacklevel=2)
+        return None
+    if (found.geometry, found.deployment, found.machine) != (geometry, deployment, machine):
+        warnings.warn(f"ignoring the cached latency model {path}: it describes {found.geometry.describe()}, "
+                      f"{found.deployment.describe()} on {found.machine}", stacklevel=2)
+        return None
+    return found
+
+
+__all__ = ["CACHE_ENV", "cache_dir", "cache_file", "cached", "features", "fit_costs", "latency", "machine_key",
+           "original_geometry", "probe_shapes", "validation_shapes"]
