@@ -56,8 +56,8 @@ class DataSettings:
 class TaskSettings:
     """How token-classification, extractive-QA and embedding tasks read and score their data: the
     columns of a dataset without a preset (None: the preset's), the sub-word labelling, SQuAD's
-    windows and answer decoding, and the embedding distillation loss. Sentence classification
-    ignores them."""
+    windows and answer decoding, and the embedding distillation loss; and whether sentence
+    classification windows long texts (``chunks``, with ``doc_stride``) or truncates them."""
 
     tokens_column: str | None = None  # pre-split words (a list of strings per row)
     tags_column: str | None = None  # one tag per word (ClassLabel ids or strings)
@@ -67,6 +67,9 @@ class TaskSettings:
     context_column: str | None = None
     answers_column: str | None = None  # SQuAD layout: {"text": [...], "answer_start": [...]}
     doc_stride: int = 32  # tokens shared by consecutive windows of a long context (less than --max-length)
+    #: sentence classification of texts longer than --max-length: None truncates them; mean or max
+    #: cuts them into windows overlapping by doc_stride and pools the windows' logits that way
+    chunks: str | None = None
     max_answer_length: int = 30  # the longest answer span, in tokens
     null_threshold: float = 0.0  # SQuAD v2: answer "" when the null score beats the best span by more
     embedding_loss: str = "cosine"  # distill: cosine, mse or cosine+mse on the pooled embedding
@@ -76,6 +79,9 @@ class TaskSettings:
             raise GhostifyError(f"--doc-stride {self.doc_stride} must be at least 1 (tokens shared by windows)")
         if self.max_answer_length < 1:
             raise GhostifyError(f"--max-answer-length {self.max_answer_length} must be at least 1 token")
+        if self.chunks is not None and self.chunks not in CHUNK_POOLING:
+            raise GhostifyError(f"--chunks {self.chunks!r}: choose {' or '.join(CHUNK_POOLING)} (how a long text's window "
+                                "logits are pooled), or leave it unset to truncate at --max-length")
         if self.embedding_loss not in EMBEDDING_LOSSES:
             raise GhostifyError(f"--embedding-loss {self.embedding_loss!r}: choose one of {', '.join(EMBEDDING_LOSSES)}")
 
@@ -86,6 +92,8 @@ class TaskSettings:
 
 
 EMBEDDING_LOSSES = ("cosine", "mse", "cosine+mse")
+#: ``--chunks``: how the windows of a long text are pooled into its prediction
+CHUNK_POOLING = ("mean", "max")
 
 
 @dataclass(frozen=True)
@@ -299,6 +307,9 @@ class CompressDefaults:
     budget: str = "quick"
     #: ghosts stay off: they did not beat the pruned model in benchmarks/studies/ghost-vs-pruned(-medium)
     ghosts: bool = False
+    #: whole layers stay out of the allocation unless asked: a layer's score estimates to first order what removing
+    #: all of its update at once costs, and no study has yet compared the accuracy after training with and without
+    drop_layers: bool = False
     #: how far the measured speed-up may miss the target before the allocation is corrected once
     tolerance: float = 0.05
     rounds: int = BenchDefaults.rounds

@@ -68,7 +68,8 @@ def test_every_shipped_recipe_validates(path):
 
 
 def _tiny_overrides(tiny: Path, path: Path) -> list[str]:
-    kind = resolve_task(yaml.safe_load(path.read_text())["data"].get("task")).kind
+    data = yaml.safe_load(path.read_text())["data"]  # a task preset, or the columns of a dataset without one
+    kind = resolve_task(data.get("task"), text_columns=tuple(data.get("text_columns") or ()) or None).kind
     if kind != "classification":
         return _other_kind_overrides(tiny, path, kind)
     regression = "stsb" in path.stem

@@ -235,22 +235,36 @@ def _labels_present(rows, column: str) -> bool:
     return any(label is not None and label != -1 for label in head)
 
 
-def tokenize(data: TaskData, tokenizer, *, max_length: int = 128):
-    """The rows as token ids (and ``labels``), unpadded: batches are padded dynamically."""
+#: the column of a windowed row that says which text (row of the split) it is a window of
+DOCUMENT = "document"
+
+
+def tokenize(data: TaskData, tokenizer, *, max_length: int = 128, stride: int | None = None,
+             documents: bool = False):
+    """The rows as token ids (and ``labels``), unpadded: batches are padded dynamically.
+    ``stride`` (a fast tokenizer's overflow): a text longer than ``max_length`` becomes windows of
+    ``max_length`` tokens overlapping by ``stride``, each a row with its text's label (and with
+    ``documents``, the text's row number in column ``document``); None truncates it."""
     columns = data.task.text_columns
     label_column = data.task.label_column
     regression = data.task.is_regression
     names, where = data.task.label_names, f"split {data.split!r} of {data.dataset}"
+    windows = {} if stride is None else {"stride": stride, "return_overflowing_tokens": True}
 
-    def encode(chunk):
-        encoded = tokenizer(*[chunk[c] for c in columns], truncation=True, max_length=max_length)
+    def encode(chunk, ids):
+        encoded = tokenizer(*[chunk[c] for c in columns], truncation=True, max_length=max_length, **windows)
+        source = encoded.pop("overflow_to_sample_mapping", None)  # the text of each window
+        source = range(len(ids)) if source is None else source
         if data.has_labels:
             labels = chunk[label_column]
-            encoded["labels"] = ([float(x) for x in labels] if regression
-                                 else label_ids(labels, names, column=label_column, where=where))
+            labels = ([float(x) for x in labels] if regression
+                      else label_ids(labels, names, column=label_column, where=where))
+            encoded["labels"] = [labels[i] for i in source]
+        if documents:
+            encoded[DOCUMENT] = [ids[i] for i in source]
         return encoded
 
-    return data.rows.map(encode, batched=True, remove_columns=data.rows.column_names, desc=None)
+    return data.rows.map(encode, batched=True, with_indices=True, remove_columns=data.rows.column_names, desc=None)
 
 
 def padding_collator(tokenizer):

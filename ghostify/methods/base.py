@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GhostifyError
+from ..settings import DEFAULT_SEED  # a seeded method's --seed, seed:, seed= (every command's)
 
 if TYPE_CHECKING:  # the contract needs neither at run time, and `ghostify --help` must not load torch
     from pathlib import Path
@@ -40,8 +41,6 @@ if TYPE_CHECKING:  # the contract needs neither at run time, and `ghostify --hel
     from ..architectures import ArchitectureAdapter
     from ..record import GhostifyRecord  # noqa: F401 - in the string annotations
 
-#: the seed of a seeded method's random initialisation (``--seed``, ``seed:``, ``seed=``)
-DEFAULT_SEED = 0
 
 #: ``check(config, record, settings)``: refuse what needs no weights (record None: a plain model)
 Check = Callable[[Any, "GhostifyRecord | None", Any], None]

@@ -2,13 +2,16 @@
 will ship in, losing as little accuracy as a latency budget allows.
 
 The work is a recipe (the stages of ``recipes/compress.yaml``, run by the recipe runner into
-``OUT/stages/``): [fine-tune a teacher] -> importance -> latency model -> ``prune --speedup`` ->
-[attach-ghost] -> distill -> finetune with the teacher -> eval -> export -> eval. Between pruning
-and training, compress measures: the dense and the pruned model take turns in the target runtime
-(medians); a speed-up that misses the target by more than the tolerance is corrected once (the
-allocation asks for target x target / measured) and said so. Latency depends on the shape, not on
-the weights, so this check costs no training. The shipped model is measured again at the end and
-``OUT/report.md``, ``report.json`` and ``speedup.png`` say what came out.
+``OUT/stages/``): [fine-tune a teacher] -> importance -> latency model -> [drop-layers -> importance]
+-> ``prune --speedup`` -> [attach-ghost] -> distill -> finetune with the teacher -> eval -> export -> eval.
+With ``--drop-layers``, the allocation also weighs whole layers once the scores and the latency model
+exist: the layers it removes go in a drop-layers stage, the smaller model is scored again, and prune
+allocates the rest on it. Between pruning and training, compress measures: the dense and the
+pruned model take turns in the target runtime (medians); a speed-up that misses the target by more
+than the tolerance is corrected once (the allocation asks for target x target / measured) and said
+so. Latency depends on the shape, not on the weights, so this check costs no training. The shipped
+model is measured again at the end and ``OUT/report.md``, ``report.json`` and ``speedup.png`` say
+what came out.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,7 @@ from ..errors import GhostifyError
 from ..files import check_disjoint, write_text_atomically
 from ..flatten import flat_settings
 from ..latency_model import RUNTIMES, Deployment
+from ..methods import layer_origin
 from ..settings import BUDGETS, BenchDefaults, Budget, CompressDefaults, DataSettings, TaskSettings
 from .plan import plan
 from .run import StageError, check_outputs
@@ -41,13 +45,18 @@ REPORT_JSON = "report.json"
 PLOT = "speedup.png"
 #: the recipe's run directory inside OUT
 STAGES = "stages"
+#: the importance stage after drop-layers: scores of the model prune gets
+RESCORED = "rescored"
 
 
 def compress_recipe(model: str, *, speedup: float, deployment: Deployment, data: dict[str, Any], budget: Budget,
-                    ghosts: bool, teacher: str | None, seed: int) -> dict[str, Any]:
+                    ghosts: bool, teacher: str | None, seed: int,
+                    keep_layers: Sequence[int] | None = None) -> dict[str, Any]:
     """The recipe compress runs, as a mapping (``recipes/compress.yaml`` is the same with ``vars``).
 
-    ``teacher`` None: ``model`` has no trained head for the task, so the first stage fine-tunes it."""
+    ``teacher`` None: ``model`` has no trained head for the task, so the first stage fine-tunes it.
+    ``keep_layers``: the layers a drop-layers stage keeps before prune (:func:`_layers_to_keep`); the
+    model it leaves is scored again (stage ``rescored``) for prune."""
     train = {"max_samples": budget.max_samples, "epochs": budget.epochs}
     onnx = deployment.runtime != "pytorch"
     stages: list[dict[str, Any]] = []
@@ -58,6 +67,12 @@ def compress_recipe(model: str, *, speedup: float, deployment: Deployment, data:
         {"importance": {"samples": budget.importance_samples}},
         {"latency": {"runtime": deployment.runtime, "batch_size": deployment.batch_size,
                      "seq_len": deployment.seq_len, "threads": deployment.threads}},
+    ]
+    if keep_layers is not None:
+        # prune refuses scores of the model before its layers were dropped: the smaller model is scored again
+        stages += [{"drop-layers": {"layers": ",".join(str(i) for i in keep_layers)}},
+                   {"importance": {"output": RESCORED, "samples": budget.importance_samples}}]
+    stages += [
         {"prune": {"speedup": speedup, "latency": "${latency}"}},
         {"attach-ghost": {"when": ghosts}},
         {"distill": {**train, "learning_rate": budget.distill_learning_rate}},
@@ -113,6 +128,7 @@ def compress(
     task_settings: TaskSettings = TaskSettings(),
     teacher: str | os.PathLike | None = None,
     ghosts: bool = CompressDefaults.ghosts,
+    drop_layers: bool = CompressDefaults.drop_layers,
     budget: str = CompressDefaults.budget,
     epochs: int | None = None,
     importance_samples: int | None = None,
@@ -123,6 +139,7 @@ def compress(
 ) -> dict[str, Any]:
     """Compress ``model`` (with ``teacher``, or itself when it is fine-tuned for the task, as the teacher)
     to a predicted ``speedup`` in ``deployment``, check it measured, train it, and write the report.
+    ``drop_layers``: the allocation may also remove whole layers (:func:`_layers_to_keep`).
     Re-running with the same ``output`` skips the stages already done.
 
     Example:
@@ -146,14 +163,21 @@ def compress(
     check_disjoint([out], [(label, str(path)) for label, path in (("model", model), ("teacher", teacher),
                                                                    ("dataset", data.dataset)) if path is not None])
 
+    keep_layers: list[int] | None = None  # the layers the allocation keeps, when it drops any
+
     def recipe_for(allocated: float) -> Recipe:
         raw = compress_recipe(model, speedup=allocated, deployment=deployment, data=data_mapping(data, task_settings),
-                              budget=chosen, ghosts=ghosts, teacher=None if teacher is None else str(teacher), seed=seed)
+                              budget=chosen, ghosts=ghosts, teacher=None if teacher is None else str(teacher),
+                              seed=seed, keep_layers=keep_layers)
         return validate(RecipeSource(yaml.safe_dump(raw, sort_keys=False), "compress"), raw)
 
     run_dir = out / STAGES
     recipe = recipe_for(speedup)
     check_outputs(recipe, run_dir, plan(recipe, run_dir))
+    if drop_layers:
+        # the layers stay as planned for the target: a correction below re-allocates heads and neurons only
+        keep_layers = _layers_to_keep(recipe, run_dir, speedup, say)
+        recipe = recipe_for(speedup)
     attempts = [_allocate_and_measure(recipe, run_dir, deployment, rounds, say)]
     first = attempts[0]
     if abs(first["measured"] / speedup - 1) > tolerance:
@@ -181,6 +205,22 @@ def _prefix(recipe: Recipe, last: str) -> Recipe:
     """The recipe's stages up to and including the one named ``last`` (the same directories)."""
     names = [s.name for s in recipe.stages]
     return dataclasses.replace(recipe, stages=recipe.stages[: names.index(last) + 1])
+
+
+def _layers_to_keep(recipe: Recipe, run_dir: Path, speedup: float, say: Callable[[str], None]) -> list[int] | None:
+    """Run the stages up to the latency model, then allocate ``speedup`` with whole layers as candidates
+    too (:func:`ghostify.steps.latency_plan.plan_layers`, by the importance stage's layer scores): the
+    layers to keep when the plan removes any, else None."""
+    from ..steps.latency_plan import plan_layers
+
+    run_recipe(_prefix(recipe, "latency"), run_dir, on_stage=lambda planned, status: say(f"{planned.label}: {status}"))
+    stages = {p.stage.name: p.directory for p in plan(recipe, run_dir)}
+    planned = plan_layers(stages["importance"], stages["importance"], stages["latency"], speedup)
+    if planned is None or not planned.dropped:
+        return None
+    say(f"removing whole layers {','.join(map(str, planned.dropped))} costs less importance per ms saved than their "
+        f"heads and neurons: drop-layers keeps {','.join(map(str, planned.layers))}, prune allocates the rest")
+    return planned.layers
 
 
 def _allocate_and_measure(recipe: Recipe, run_dir: Path, deployment: Deployment, rounds: int,
@@ -267,6 +307,8 @@ def _report(recipe: Recipe, stages: dict[str, Path], speedup: float, deployment:
     model = stages["final"]
     record = read_record(load_config(model))
     heads, neurons = [len(h) for h in record.heads], list(record.ffn)
+    # the layers of the original model the compressed one keeps (all of them unless layers were dropped)
+    origin = layer_origin(record) or (list(range(len(heads))), len(heads))
     teacher_size, size = report_size(teacher, deployment.seq_len), report_size(model, deployment.seq_len)
     return {
         "model": recipe.header.model, "teacher": str(teacher), "task": recipe.header.data.task,
@@ -281,7 +323,7 @@ def _report(recipe: Recipe, stages: dict[str, Path], speedup: float, deployment:
         "shipped_metrics": _metrics(stages["shipped-eval"]) if "shipped-eval" in stages else None,
         "params": {"teacher": teacher_size["params"], "compressed": size["params"]},
         "flops": {"teacher": teacher_size["flops"], "compressed": size["flops"]},
-        "heads_per_layer": heads, "neurons_per_layer": neurons,
+        "heads_per_layer": heads, "neurons_per_layer": neurons, "layers": origin[0], "layers_of": origin[1],
         "model_dir": str(model), "shipped": str(_shipped(stages, deployment)), "stages_dir": str(stages["final"].parent),
     }
 
@@ -338,8 +380,11 @@ def markdown(report: dict[str, Any]) -> str:
     if report["reallocated"]:
         lines += ["", "The first allocation missed the target by more than the tolerance: re-allocated once with the "
                       "measured correction (allocated for target x predicted / measured)."]
-    lines += ["", "Kept per layer:", "", "| layer | heads | FFN neurons |", "|---|---|---|"]
-    for i, (h, n) in enumerate(zip(report["heads_per_layer"], report["neurons_per_layer"])):
+    layers = report.get("layers") or list(range(len(report["heads_per_layer"])))
+    dropped = [i for i in range(report.get("layers_of", len(layers))) if i not in layers]
+    gone = f" (layer{'s' if len(dropped) > 1 else ''} {','.join(map(str, dropped))} dropped whole)" if dropped else ""
+    lines += ["", f"Kept per layer{gone}:", "", "| layer | heads | FFN neurons |", "|---|---|---|"]
+    for i, h, n in zip(layers, report["heads_per_layer"], report["neurons_per_layer"]):
         lines.append(f"| {i} | {h} | {n} |")
     b = Budget(**report["budget_settings"])
     lines += ["", f"Budget `{report['budget']}`: {b.describe()} of every training stage, importance on "
@@ -357,7 +402,7 @@ def _plot(path: Path, report: dict[str, Any]) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
-    layers = range(len(report["heads_per_layer"]))
+    layers = report.get("layers") or range(len(report["heads_per_layer"]))  # original indices: gaps where dropped
     left.bar([i - 0.2 for i in layers], report["heads_per_layer"], width=0.4, label="heads")
     twin = left.twinx()
     twin.bar([i + 0.2 for i in layers], report["neurons_per_layer"], width=0.4, color="tab:orange", label="FFN neurons")

@@ -13,7 +13,6 @@ from ..data.tasks import PRESETS
 from ..errors import GhostifyError
 from ..export.runtime import OnnxModel, onnx_path
 from ..flatten import flat_settings
-from ..heads import classifier_labels
 from ..settings import DEFAULT_DATASET, EVAL_BATCH_SIZE, DataSettings, TaskSettings
 from ..tasks import dataset_for
 from ..training.loop import multi_process_on_cpu
@@ -36,7 +35,8 @@ def evaluate(
     (default: the task's validation split) of ``data`` (or its fields as flat keywords), with the
     metrics of the task's kind: accuracy, F1, Matthews or Pearson/Spearman; entity precision,
     recall, F1 and token accuracy; SQuAD exact match and F1; or an embedding model's Spearman and
-    retrieval scores.
+    retrieval scores. With ``chunks`` (long texts windowed), ``samples`` counts the texts and
+    ``windows`` the rows the model ran on.
 
     Example:
         >>> evaluate("out/tuned", data=DataSettings(task="sst2"))["metrics"]["accuracy"]  # doctest: +SKIP
@@ -58,10 +58,7 @@ def evaluate(
     preset = kind.with_data(rows)
     rows.task = preset
     tokenizer = load_tokenizer(directory)
-    if graph is not None and kind.name != "classification":
-        raise GhostifyError(f"eval of an ONNX export runs sentence classification; evaluate the {preset.name} task on "
-                            f"the checkpoint the export was made from ({directory})")
-    net = load_onnx_classifier(graph, preset) if graph is not None else \
+    net = load_onnx_model(graph, kind, preset) if graph is not None else \
         kind.load(model, role="model", need_trained_head=True)
     evaluation = kind.evaluation(rows, tokenizer)
     accelerator = Accelerator(cpu=multi_process_on_cpu())
@@ -74,8 +71,9 @@ def evaluate(
         metrics = evaluation.run(net, loader, accelerator)
     finally:
         accelerator.end_training()
-    samples = metrics.pop("samples", 0)
-    return {"task": preset.name, "dataset": str(dataset), "split": split, "metrics": metrics, "samples": samples}
+    samples, windows = metrics.pop("samples", 0), metrics.pop("windows", None)
+    result = {"task": preset.name, "dataset": str(dataset), "split": split, "metrics": metrics, "samples": samples}
+    return result if windows is None else {**result, "windows": windows}  # --chunks: the rows the model ran on
 
 
 #: the commands whose history entry names the task a checkpoint was trained or scored on
@@ -107,16 +105,27 @@ def _task_from_history(model: str | os.PathLike, directory: str | os.PathLike, d
     return data
 
 
-def load_onnx_classifier(graph, preset) -> OnnxModel:
-    """An exported classifier's graph, checked against the task like a checkpoint's head is."""
-    labels = classifier_labels(load_config(graph.parent))
+#: the graph outputs each task kind's evaluation reads (the embeddings kind pools hidden states itself)
+ONNX_OUTPUTS = {"classification": ("logits",), "tokens": ("logits",), "qa": ("start_logits", "end_logits")}
+
+
+def load_onnx_model(graph, kind, preset) -> OnnxModel:
+    """An exported model's graph, checked against the task like a checkpoint's head is: a sentence
+    classifier, a token classifier or an extractive-QA model, with the outputs its evaluation reads."""
+    if kind.name not in ONNX_OUTPUTS:
+        raise GhostifyError(f"eval of an ONNX export runs classification, token classification and QA; evaluate the "
+                            f"{preset.name} task on the checkpoint the export was made from ({graph.parent})")
+    labels = kind.head_labels(load_config(graph.parent))
     if labels is None:
-        raise GhostifyError(f"{graph} was exported from a model without a sequence-classification head; "
-                            "export the fine-tuned model")
-    if labels != preset.num_labels:
-        raise GhostifyError(f"model {graph} classifies into {labels} labels but task {preset.name} has "
-                            f"{preset.num_labels}; use a model for this task")
+        raise GhostifyError(f"{graph} was exported from a model without a {kind.noun} head; export the fine-tuned model "
+                            f"for task {preset.name}")
+    wanted = kind.num_labels()
+    if wanted and labels != wanted:
+        raise GhostifyError(f"model {graph} predicts {labels} labels but task {preset.name} has "
+                            f"{wanted}; use a model for this task")
     net = OnnxModel(graph)
-    if "logits" not in net.outputs:
-        raise GhostifyError(f"{graph} has no logits output (outputs: {', '.join(net.outputs)}); export a classifier")
+    missing = [name for name in ONNX_OUTPUTS[kind.name] if name not in net.outputs]
+    if missing:
+        raise GhostifyError(f"{graph} has no {', '.join(missing)} output (outputs: {', '.join(net.outputs)}); export a "
+                            f"model with a {kind.noun} head")
     return net

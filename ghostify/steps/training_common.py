@@ -64,6 +64,9 @@ def task_inputs(
     if sop and kind.name != "classification":
         raise GhostifyError(f"--sop-weight needs sentences; the {kind.preset.name} task has "
                             f"{'words' if kind.name == 'tokens' else 'questions and contexts'}: distill with --sop-weight 0")
+    if sop and task_settings.chunks is not None:  # one segment pair per text, not per window
+        raise GhostifyError(f"--sop-weight cuts each text into two segments, not its --chunks windows: distill with "
+                            "--sop-weight 0, or leave --chunks unset")
     tokenizer = load_tokenizer(tokenizer_source)
     train = load_split(dataset, kind.preset, "train", max_samples=data.max_samples, seed=seed,
                        require_labels=require_labels)

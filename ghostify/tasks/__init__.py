@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 from ..data import DEFAULT_DATASET, TaskPreset
+from ..errors import DataError
 from ..settings import DataSettings, TaskSettings
 from .base import TaskKind
 from .classification import Classification
@@ -27,7 +28,11 @@ KINDS: dict[str, type[TaskKind]] = {
 
 def kind_for(preset: TaskPreset, data: DataSettings | None = None, task: TaskSettings | None = None) -> TaskKind:
     """The kind of ``preset``, reading ``data`` and ``task`` settings."""
-    return KINDS[preset.kind](preset, data or DataSettings(), task or TaskSettings())
+    task = task or TaskSettings()
+    if task.chunks is not None and preset.kind != "classification":
+        raise DataError(f"--chunks windows sentence classification, but task {preset.name} is of kind {preset.kind} "
+                        "(extractive QA always windows its contexts by --doc-stride); leave --chunks unset")
+    return KINDS[preset.kind](preset, data or DataSettings(), task)
 
 
 def dataset_for(preset: TaskPreset, dataset: str) -> str:

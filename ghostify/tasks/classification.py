@@ -1,4 +1,10 @@
-"""Sentence(-pair) classification and regression (GLUE): a label or a score per text or text pair."""
+"""Sentence(-pair) classification and regression (GLUE): a label or a score per text or text pair.
+
+A text longer than ``--max-length`` is truncated; with ``--chunks mean|max`` (single-text tasks) it
+becomes windows of ``--max-length`` tokens overlapping by ``--doc-stride``. Every window is a
+training row with its text's label; evaluation runs the model on every window and predicts each text
+from the mean or max of its windows' logits (a regression's scores: their mean), so each text is
+scored once."""
 
 from __future__ import annotations
 
@@ -9,13 +15,15 @@ import torch
 
 from ..data import TaskData, label_kind, tokenize
 from ..data.labels import model_label_names
+from ..data.loading import DOCUMENT
+from ..errors import DataError
 from ..example_loss import per_example_loss
 from ..heads import classifier_labels
 from ..training.baseline import constant_baseline
 from ..training.loop import Evaluation
 from ..training.loop import evaluate as classification_metrics
 from ..training.losses import prediction_loss, task_loss
-from ..training.metrics import main_metric
+from ..training.metrics import compute_metrics, main_metric
 from .base import TaskKind
 
 
@@ -25,6 +33,18 @@ class Classification(TaskKind):
 
     #: the class names of the head of the model the batches are for (None: placeholders, or no head)
     model_names: tuple[str, ...] | None = None
+
+    def __init__(self, preset, data, task) -> None:
+        super().__init__(preset, data, task)
+        if task.chunks is None:
+            return
+        if len(preset.text_columns) > 1:
+            raise DataError(f"--chunks windows one text, but task {preset.name} reads a pair "
+                            f"({', '.join(preset.text_columns)}); leave --chunks unset (pairs are truncated)")
+        if task.doc_stride >= data.max_length:
+            raise DataError(f"--doc-stride {task.doc_stride} must be less than --max-length {data.max_length} "
+                            "(windows overlap by that many tokens); e.g. --doc-stride "
+                            f"{max(1, data.max_length // 4)}")
 
     def for_model(self, config):
         self.model_names = model_label_names(config) if classifier_labels(config) else None
@@ -43,19 +63,49 @@ class Classification(TaskKind):
         return self.preset
 
     def encode(self, data: TaskData, tokenizer):
+        return self._encode(data, tokenizer, documents=False)
+
+    def _encode(self, data: TaskData, tokenizer, *, documents: bool):
+        """The rows, or with --chunks their windows (``documents``: with the text each is from)."""
         # with the preset completed from the training data: class names map to their ids
-        return tokenize(replace(data, task=self.preset), tokenizer, max_length=self.data.max_length)
+        data = replace(data, task=self.preset)
+        return tokenize(data, tokenizer, max_length=self.data.max_length, stride=self._stride(tokenizer),
+                        documents=documents and self.task.chunks is not None)
+
+    def _stride(self, tokenizer) -> int | None:
+        """--doc-stride when long texts are windowed (None: truncated), checked against the room a
+        window leaves for text once the tokenizer's special tokens are in."""
+        chunks, stride = self.task.chunks, self.task.doc_stride
+        if chunks is None:
+            return None
+        if chunks == "max" and self.preset.is_regression:
+            raise DataError(f"--chunks max pools class logits, but task {self.preset.name} is a regression (one "
+                            "score per text): use --chunks mean (the mean of its windows' scores)")
+        if not getattr(tokenizer, "is_fast", False):
+            raise DataError(f"--chunks needs a fast tokenizer (its overflowing windows), got {type(tokenizer).__name__}; "
+                            "leave --chunks unset to truncate")
+        room = self.data.max_length - tokenizer.num_special_tokens_to_add(pair=False)
+        if stride >= room:
+            raise DataError(f"--doc-stride {stride} must be less than the {room} text tokens of a window "
+                            f"(--max-length {self.data.max_length} less the special tokens); lower --doc-stride")
+        return stride
 
     def evaluation(self, data: TaskData, tokenizer) -> Evaluation:
-        metric, regression = self.preset.metric, self.preset.is_regression
+        metric, regression, chunks = self.preset.metric, self.preset.is_regression, self.task.chunks
+        rows = self._encode(data, tokenizer, documents=True)
 
         def run(model, loader, accelerator):
-            return classification_metrics(model, loader, accelerator, metric, regression)
-
-        rows = self.encode(data, tokenizer)
+            if chunks is None:
+                return classification_metrics(model, loader, accelerator, metric, regression)
+            return document_metrics(model, loader, accelerator, metric, regression, chunks)
 
         def baseline():
-            return constant_baseline(metric, rows["labels"], regression) if "labels" in rows.column_names else None
+            if "labels" not in rows.column_names:
+                return None
+            labels = rows["labels"]
+            if chunks is not None:  # one label per text, not per window
+                labels = list({d: label for d, label in zip(rows[DOCUMENT], labels)}.values())
+            return constant_baseline(metric, labels, regression)
 
         return Evaluation(rows=rows, collate=self.collator(tokenizer), run=run, select=main_metric(metric),
                           baseline=baseline)
@@ -87,6 +137,49 @@ class Classification(TaskKind):
 
     def teacher_loss(self, student, teacher, batch, temperature):
         return prediction_loss(student.logits, teacher.logits, temperature, self.preset.is_regression)
+
+
+def pool_windows(logits: torch.Tensor, documents: torch.Tensor, pooling: str) -> torch.Tensor:
+    """One row of logits per text from its windows' rows: their mean or their max (``documents``:
+    each row's text, numbered 0..n-1, every text with at least one window)."""
+    count = int(documents.max()) + 1 if documents.numel() else 0
+    index = documents.long().unsqueeze(-1).expand_as(logits)
+    pooled = logits.new_zeros(count, logits.shape[-1])
+    return pooled.scatter_reduce(0, index, logits, reduce="mean" if pooling == "mean" else "amax", include_self=False)
+
+
+@torch.no_grad()
+def document_logits(model, loader, accelerator, pooling: str) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Over windowed rows (with ``document`` and ``labels``): the pooled logits of each text
+    (``pool_windows``), each text's label, and how many windows the model ran on."""
+    was_training = model.training
+    model.eval()
+    logits, documents, labels = [], [], []
+    for batch in loader:
+        batch = dict(batch)
+        document, target = batch.pop(DOCUMENT), batch.pop("labels")
+        out = model(**batch).logits.float()
+        out, document, target = accelerator.gather_for_metrics((out, document, target))
+        logits.append(out.cpu())
+        documents.append(document.cpu().long())
+        labels.append(target.cpu())
+    model.train(was_training)
+    if not logits:
+        return torch.zeros(0, 0), torch.zeros(0), 0
+    windows, targets = torch.cat(documents), torch.cat(labels)
+    pooled = pool_windows(torch.cat(logits), windows, pooling)
+    # every window of a text carries the text's label
+    return pooled, targets.new_zeros(len(pooled)).scatter(0, windows, targets), len(windows)
+
+
+def document_metrics(model, loader, accelerator, metric: str, regression: bool, pooling: str) -> dict[str, float]:
+    """Classification metrics per text over windowed rows, each text scored once from its pooled
+    logits; ``samples``: the texts, ``windows``: the rows the model ran on."""
+    pooled, labels, windows = document_logits(model, loader, accelerator, pooling)
+    if not windows:
+        return {}
+    predictions = pooled.squeeze(-1) if regression else pooled.argmax(-1)
+    return {**compute_metrics(metric, predictions, labels), "samples": len(pooled), "windows": windows}
 
 
 def sample_labels(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

@@ -14,6 +14,7 @@ import torch
 from torch.nn import functional as F
 
 from ..data import TaskData
+from ..data.labels import model_label_names
 from ..data.token_labels import (
     IGNORE,
     continuation_labels,
@@ -38,6 +39,15 @@ class TokenClassification(TaskKind):
     head = "token-classification"
     noun = "token-classification"
     names: list[str] | None = None
+
+    def for_model(self, config):
+        # a trained head's tag names: the rows a command reads (a sample, a validation split) may lack a tag, and
+        # names taken from them would be fewer or in another order than the head's
+        names = model_label_names(config) if self.head_labels(config) is not None else None
+        if names is not None and self.names is None:
+            self.names = list(names)
+            self.preset = replace(self.preset, num_labels=len(names))
+        return super().for_model(config)
 
     def with_data(self, data: TaskData):
         if self.names is None and data.has_labels:

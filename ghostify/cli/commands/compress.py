@@ -32,6 +32,7 @@ def compress(
     task_settings: TaskSettings,
     teacher: Annotated[Optional[str], typer.Option("--teacher", help="A fine-tuned teacher (default: MODEL when it has a head for the task; else one is fine-tuned from MODEL first).", show_default=False)] = None,
     ghosts: Annotated[bool, typer.Option("--ghosts/--no-ghosts", help="Attach ghost modules after pruning (off: they did not pay in benchmarks/studies).")] = CompressDefaults.ghosts,
+    drop_layers: Annotated[bool, typer.Option("--drop-layers/--no-drop-layers", help="Let the allocation remove whole layers too, where a layer's score per ms saved is below its heads' and neurons' (drop-layers before prune).")] = CompressDefaults.drop_layers,
     budget: Annotated[str, typer.Option("--budget", help=" or ".join(f"{name} ({b.describe()})" for name, b in BUDGETS.items()) + "; --max-samples, --epochs and --importance-samples override it.")] = CompressDefaults.budget,
     epochs: Annotated[Optional[int], typer.Option("--epochs", min=1, help="Epochs of every training stage (default: the budget's).", show_default=False)] = None,
     importance_samples: Annotated[Optional[int], typer.Option("--importance-samples", min=1, help="Examples that score heads and neurons (default: the budget's).", show_default=False)] = None,
@@ -52,8 +53,8 @@ def compress(
     report = run_compress(model, output, speedup=speedup,
                           deployment=Deployment(runtime=runtime, batch_size=batch_size, seq_len=seq_len, threads=threads),
                           data=data, task_settings=task_settings, teacher=teacher, ghosts=ghosts, budget=budget,
-                          epochs=epochs, importance_samples=importance_samples, rounds=rounds, seed=seed,
-                          say=lambda line: err.print(line, markup=False))
+                          drop_layers=drop_layers, epochs=epochs, importance_samples=importance_samples, rounds=rounds,
+                          seed=seed, say=lambda line: err.print(line, markup=False))
     if json_output:
         print_json(report)
         return

@@ -18,6 +18,7 @@ from ..settings_options import settings_options
     "ghostify eval out/final --task mnli --split validation_mismatched --json\n\n"
     "ghostify eval ./model --dataset ../shared/data/glue --task stsb --json | jq .metrics.spearman\n\n"
     "ghostify eval out/ner --task conll2003\n\n"
+    "ghostify eval out/news --dataset ../shared/data/bbc_news --text-columns text --label-column label_name --chunks mean\n\n"
     "ghostify eval out/qa --task squad_v2 --max-length 384 --doc-stride 128\n\n"
     "ghostify eval out/small-minilm --task embeddings --dataset ../shared/data/glue/stsb --text-columns sentence1,sentence2",
 )
@@ -42,4 +43,5 @@ def evaluate(
         print_json(result)
         return
     metrics = "  ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
-    out.print(f"{result['task']} {result['split']} ({result['samples']} samples): {metrics}")
+    windows = f", {result['windows']} windows" if "windows" in result else ""
+    out.print(f"{result['task']} {result['split']} ({result['samples']} samples{windows}): {metrics}")

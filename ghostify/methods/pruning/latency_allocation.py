@@ -5,7 +5,9 @@ Framework for Transformers"), ranked by the scores of ``ghostify importance``: s
 model keeps now and repeatedly remove the unit that loses the least importance per millisecond
 it saves by the latency model (a head saves ``head_ms``, a group of the lowest-scored FFN neurons
 ``neuron_ms`` each), until the predicted latency is at most the target. Every layer keeps at least
-one head and one neuron: removing whole layers is ``drop-layers``' job.
+one head and one neuron. :func:`plan_for_latency` with layer scores also weighs removing a whole
+layer (``drop-layers``): it saves ``layer_ms`` and whatever the layer still keeps, and loses the
+layer's score, E|dL/dg| for a gate on the layer's whole update, in the same unit as a head's.
 
 The loss-gradient scores of heads and of neurons are comparable as they are: each is E|dL/dg| for
 a multiplicative gate at 1 on the unit's output (``gates.py``), the first-order estimate of the
@@ -19,6 +21,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -52,35 +55,126 @@ def select_for_latency(
     times its cost. Kept units are listed by importance, as :func:`~.allocation.select` lists them.
     A unit whose removal the model predicts saves nothing (a fitted cost <= 0) is never removed.
     """
+    plan = plan_for_latency(head_scores, ffn_scores, latency, target_ms, applications=applications)
+    return plan.selection, plan.predicted_ms
+
+
+@dataclass(frozen=True)
+class LatencyPlan:
+    """What :func:`plan_for_latency` keeps: the layers (indices of the model's, increasing), the
+    heads and neurons of each of them (in the same order, by importance), and the predicted latency."""
+
+    layers: list[int]
+    selection: Selection
+    predicted_ms: float
+    #: the layers it removes whole (``drop-layers --layers`` keeps :attr:`layers`)
+    dropped: list[int]
+
+
+def plan_for_latency(
+    head_scores: Sequence[torch.Tensor],
+    ffn_scores: Sequence[torch.Tensor],
+    latency: LatencyModel,
+    target_ms: float,
+    *,
+    applications: Sequence[int] | None = None,
+    layer_scores: Sequence[float] | torch.Tensor | None = None,
+    first_layer_fixed: bool = False,
+) -> LatencyPlan:
+    """:func:`select_for_latency`, where with ``layer_scores`` (one per layer, ``ImportanceScores.layers``)
+    removing a whole layer is one more candidate: it saves ``layer_ms`` and the cost of the heads and
+    neurons the layer keeps at that moment, and loses the layer's score. A layer that runs more than
+    once (shared) is never removed, nor layer 0 when ``first_layer_fixed`` (the family's adapter says
+    so: ``first_layer_fixed``), and one layer always stays. Once the layers to remove are chosen, the
+    kept layers' heads and neurons are allocated again from all they have, as ``prune --speedup``
+    allocates them on the model ``drop-layers`` leaves (there by its own scores). Without
+    ``layer_scores`` no layer is removed.
+    """
     layers = len(head_scores)
     applications = list(applications) if applications is not None else [1] * layers
     if len(ffn_scores) != layers or len(applications) != layers:
         raise ValueError(f"{layers} layers of head scores, {len(ffn_scores)} of FFN scores, "
                          f"{len(applications)} applications")
     _check_finite(head_scores, ffn_scores)
+    layer_values = _layer_values(layer_scores, layers)
+    droppable = [l for l in range(layers) if layer_values is not None and applications[l] == 1
+                 and not (first_layer_fixed and l == 0)]
     heads = [t.numel() for t in head_scores]
     neurons = [t.numel() for t in ffn_scores]
     group = max(1, latency.geometry.ffn_size // NEURON_GROUPS)
     queues = [_removals(head_scores[l], 1, latency.head_ms * applications[l]) for l in range(layers)]
     queues += [_removals(ffn_scores[l], group, latency.neuron_ms * applications[l]) for l in range(layers)]
 
-    check_reachable(latency, target_ms, heads, neurons, applications)
+    check_reachable(latency, target_ms, heads, neurons, applications, droppable)
     removed: list[set[int]] = [set() for _ in queues]
-    # the next removal of each layer's heads (queue l) and neurons (queue layers + l), by its ratio;
-    # ties go to the lower layer, then heads before neurons: the same order on every run
+    dropped: set[int] = set()
+
+    def kept() -> list[int]:
+        return [l for l in range(layers) if l not in dropped]
+
+    def predicted() -> float:
+        return predict(latency, [heads[l] for l in kept()], [neurons[l] for l in kept()],
+                       [applications[l] for l in kept()])
+
+    # the next removal of each layer's heads (queue l, kind 0) and neurons (queue layers + l, kind 1),
+    # and each droppable layer whole (kind 2), by its ratio; ties go to the lower layer, then heads,
+    # neurons, the whole layer: the same order on every run
     frontier = [(q[0][0], l % layers, l // layers, 0, l) for l, q in enumerate(queues) if q]
+    frontier += [(_drop_ratio(latency, layer_values[l], heads[l], neurons[l]), l, 2, 0, -1) for l in droppable]
     heapq.heapify(frontier)
-    while predict(latency, heads, neurons, applications) > target_ms:
-        _, _, kind, rank, queue = heapq.heappop(frontier)  # never empty: the fewest units meet the target
+    while predicted() > target_ms:
+        if not frontier:  # only where fitted costs are negative: the check above covers the rest
+            raise _out_of_reach(latency, target_ms, predicted(), bool(droppable))
+        ratio, layer, kind, rank, queue = heapq.heappop(frontier)
+        if layer in dropped:
+            continue
+        if kind == 2:
+            now = _drop_ratio(latency, layer_values[layer], heads[layer], neurons[layer])
+            if len(dropped) + 1 < layers and now < math.inf:
+                if now > ratio:  # the layer kept fewer units since: it saves less now, so it waits its turn
+                    heapq.heappush(frontier, (now, layer, 2, 0, -1))
+                else:
+                    dropped.add(layer)
+            continue
         units = queues[queue][rank][1]
         removed[queue].update(units)
         counts = neurons if kind else heads
-        counts[queue % layers] -= len(units)
+        counts[layer] -= len(units)
         if rank + 1 < len(queues[queue]):
-            heapq.heappush(frontier, (queues[queue][rank + 1][0], queue % layers, kind, rank + 1, queue))
+            heapq.heappush(frontier, (queues[queue][rank + 1][0], layer, kind, rank + 1, queue))
+    if dropped:
+        # the kept layers' units again from all they have, as `prune --speedup` after `drop-layers` does: units
+        # removed before a layer went may no longer be needed
+        rest = kept()
+        plan = plan_for_latency([head_scores[l] for l in rest], [ffn_scores[l] for l in rest], latency, target_ms,
+                                applications=[applications[l] for l in rest])
+        return LatencyPlan(layers=rest, selection=plan.selection, predicted_ms=plan.predicted_ms,
+                           dropped=sorted(dropped))
     selection = Selection(heads=[_kept(head_scores[l], removed[l]) for l in range(layers)],
                           neurons=[_kept(ffn_scores[l], removed[layers + l]) for l in range(layers)])
-    return selection, predict(latency, heads, neurons, applications)
+    return LatencyPlan(layers=list(range(layers)), selection=selection, predicted_ms=predicted(), dropped=[])
+
+
+def _layer_values(scores: Sequence[float] | torch.Tensor | None, layers: int) -> list[float] | None:
+    if scores is None:
+        return None
+    values = torch.as_tensor(scores, dtype=torch.float64).flatten()
+    if values.numel() != layers:
+        raise ValueError(f"{values.numel()} layer scores for {layers} layers")
+    if not bool(torch.isfinite(values).all()) or bool((values < 0).any()):
+        raise GhostifyError("the layer scores hold negative, NaN or infinite values; re-run `ghostify importance`")
+    return values.tolist()
+
+
+def _layer_ms(latency: LatencyModel, heads: int, neurons: int) -> float:
+    """What one run of a layer keeping ``heads`` heads and ``neurons`` neurons costs."""
+    return latency.layer_ms + latency.head_ms * heads + latency.neuron_ms * neurons
+
+
+def _drop_ratio(latency: LatencyModel, score: float, heads: int, neurons: int) -> float:
+    """Score lost per millisecond saved by removing a layer whole (inf when it saves nothing)."""
+    saving = _layer_ms(latency, heads, neurons)
+    return score / saving if saving > 0 else math.inf
 
 
 def predict(latency: LatencyModel, heads: Sequence[int], neurons: Sequence[int],
@@ -104,19 +198,32 @@ def _removals(scores: torch.Tensor, group: int, unit_ms: float) -> list[tuple[fl
 
 
 def check_reachable(latency: LatencyModel, target_ms: float, heads: Sequence[int], neurons: Sequence[int],
-                    applications: Sequence[int] | None = None) -> None:
-    """Refuse a target that even every removal :func:`select_for_latency` may make (down to 1 head
-    and 1 neuron per layer, where a unit saves anything) does not meet, naming the best speed-up."""
+                    applications: Sequence[int] | None = None, droppable: Sequence[int] = ()) -> None:
+    """Refuse a target that even every removal :func:`plan_for_latency` may make (down to 1 head
+    and 1 neuron per layer, where a unit saves anything; and the ``droppable`` layers whose removal
+    then saves anything, but one layer) does not meet, naming the best speed-up."""
+    applications = list(applications) if applications is not None else [1] * len(heads)
     fewest_heads = [1 if latency.head_ms > 0 else h for h in heads]
     fewest_neurons = [1 if latency.neuron_ms > 0 else n for n in neurons]
-    best = predict(latency, fewest_heads, fewest_neurons, applications)
+    gone = {l for l in droppable if _layer_ms(latency, fewest_heads[l], fewest_neurons[l]) > 0}
+    if len(gone) == len(heads):  # one layer stays (they cost the same: each runs once)
+        gone.discard(max(gone))
+    kept = [l for l in range(len(heads)) if l not in gone]
+    best = predict(latency, [fewest_heads[l] for l in kept], [fewest_neurons[l] for l in kept],
+                   [applications[l] for l in kept])
     if best > target_ms:
-        dense = latency.dense_ms()
-        raise GhostifyError(
-            f"a predicted {target_ms:.4g} ms (a speed-up of {dense / target_ms:.3g}x over the dense {dense:.4g} ms) is "
-            f"out of reach: even 1 head and 1 FFN neuron per layer predict {best:.4g} ms, a speed-up of at most "
-            f"{dense / best:.3g}x on {latency.deployment.describe()}; ask for less, or drop layers first "
-            "(`ghostify drop-layers`)")
+        raise _out_of_reach(latency, target_ms, best, bool(droppable))
+
+
+def _out_of_reach(latency: LatencyModel, target_ms: float, best: float, layers_too: bool) -> GhostifyError:
+    dense = latency.dense_ms()
+    fewest = ("dropping every layer that may go and keeping 1 head and 1 FFN neuron per layer left" if layers_too
+              else "1 head and 1 FFN neuron per layer")
+    advice = "ask for less" if layers_too else "ask for less, or drop layers first (`ghostify drop-layers`)"
+    return GhostifyError(
+        f"a predicted {target_ms:.4g} ms (a speed-up of {dense / target_ms:.3g}x over the dense {dense:.4g} ms) is "
+        f"out of reach: even {fewest} predict {best:.4g} ms, a speed-up of at most "
+        f"{dense / best:.3g}x on {latency.deployment.describe()}; {advice}")
 
 
 def _kept(scores: torch.Tensor, removed: set[int]) -> list[int]:
