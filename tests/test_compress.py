@@ -47,9 +47,9 @@ def test_a_model_without_a_head_gets_a_teacher_stage_first(world):
                           budget=BUDGETS["quick"], data={"task": "sst2"}, ghosts=True, teacher=None, seed=3)
     recipe = validate(RecipeSource(yaml.safe_dump(raw, sort_keys=False), "compress"), raw)
     names = [s.name for s in recipe.stages]
-    assert names[0] == "teacher" and "attach-ghost" in names
+    assert names[:2] == ["latency", "teacher"] and "attach-ghost" in names  # the latency model needs no training
     assert "onnx" not in names and "shipped-eval" not in names  # pytorch ships the checkpoint itself
-    assert recipe.stages[0].settings["max_samples"] == BUDGETS["quick"].max_samples
+    assert recipe.stages[1].settings["max_samples"] == BUDGETS["quick"].max_samples
     assert all(s.settings.get("seed", 3) == 3 for s in recipe.stages)
 
 
@@ -64,7 +64,8 @@ def _toy_args(world: Path, out: Path, *extra: str) -> list:
     (["--speedup", "2", "--runtime", "tensorrt"], "unknown --runtime 'tensorrt'"),
     (["--speedup", "2", "--budget", "huge"], "unknown --budget 'huge'"),
     (["--speedup", "2", "--threads", "0"], "--threads 0 must be a whole number of at least 1"),
-], ids=["speedup-1", "runtime", "budget", "threads"])
+    (["--speedup", "2", "--label-column", "nope"], "has no labels in column 'nope'"),
+], ids=["speedup-1", "runtime", "budget", "threads", "label-column"])
 def test_bad_settings_are_one_line_before_anything_runs(world, tmp_path, capsys, args, expected):
     code, out, err = run_cli(capsys, *_toy_args(world, tmp_path / "out", *args))
     assert code == 2
@@ -85,6 +86,7 @@ def test_a_missed_speedup_is_reallocated_once_with_the_measured_correction(world
                 "rounds": rounds}
 
     ran = []
+    monkeypatch.setattr(compress_module, "_check_reachable", lambda *a: None)
     monkeypatch.setattr(compress_module, "_allocate_and_measure", fake_measure)
     monkeypatch.setattr(compress_module, "run_recipe", lambda recipe, run_dir, on_stage=None: ran.append(recipe))
     monkeypatch.setattr(compress_module, "_measure", lambda *a, **k: {"measured": 2.02, "dense_ms": 2.0,
@@ -106,6 +108,7 @@ def test_a_missed_speedup_is_reallocated_once_with_the_measured_correction(world
 
 def test_a_speedup_within_tolerance_is_not_reallocated(world, tmp_path, monkeypatch):
     calls = []
+    monkeypatch.setattr(compress_module, "_check_reachable", lambda *a: None)
     monkeypatch.setattr(compress_module, "_allocate_and_measure",
                         lambda recipe, *a: calls.append(1) or {"allocated_for": 2, "predicted": 2.0, "measured": 1.92})
     monkeypatch.setattr(compress_module, "run_recipe", lambda *a, **k: None)
@@ -144,3 +147,12 @@ def test_a_recipe_whose_teacher_is_its_model_validates(world):
     recipe = recipes.load(REPO / "recipes" / "compress.yaml", [f"model={world / 'model'}"])
     assert recipe.header.teacher == "${model}"
     assert any(s.command.name == "distill" for s in recipe.stages)
+
+
+def test_a_speedup_out_of_reach_is_refused_before_any_training(world, tmp_path, capsys):
+    """The latency model is the first stage: 50x on a tiny model is refused before the teacher or importance run."""
+    out = tmp_path / "out"
+    code, stdout, err = run_cli(capsys, *_toy_args(world, out, "--speedup", "50", "--runtime", "pytorch"))
+    assert code == 2, err
+    assert "--speedup 50 is out of reach" in err and "Traceback" not in err
+    assert [p.name for p in (out / "stages").iterdir() if p.is_dir() and not p.name.startswith(".")] == ["01-latency"]

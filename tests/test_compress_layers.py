@@ -141,7 +141,7 @@ def test_the_recipe_drops_the_planned_layers_before_prune(scored, tmp_path):
     recipe = _recipe(model, keep_layers=[1])
     names = [s.name for s in recipe.stages]
     # prune refuses the scores of the model before drop-layers (tests/test_drop_layers.py): the smaller one is scored
-    assert names[names.index("latency"):names.index("prune")] == ["latency", "drop-layers", "rescored"]
+    assert names[names.index("importance"):names.index("prune")] == ["importance", "drop-layers", "rescored"]
     assert recipe.stages[names.index("drop-layers")].settings == {"layers": "1"}
     assert recipe.stages[names.index("rescored")].command.name == "importance"
     planned = {p.stage.name: p for p in plan(recipe, tmp_path / "run")}

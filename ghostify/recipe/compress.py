@@ -59,14 +59,15 @@ def compress_recipe(model: str, *, speedup: float, deployment: Deployment, data:
     model it leaves is scored again (stage ``rescored``) for prune."""
     train = {"max_samples": budget.max_samples, "epochs": budget.epochs}
     onnx = deployment.runtime != "pytorch"
-    stages: list[dict[str, Any]] = []
+    # the latency model first: it needs only the model's shape, and a target out of reach is then refused
+    # before any training
+    stages: list[dict[str, Any]] = [{"latency": {"runtime": deployment.runtime, "batch_size": deployment.batch_size,
+                                                 "seq_len": deployment.seq_len, "threads": deployment.threads}}]
     if teacher is None:
         stages.append({"finetune": {"output": "teacher", **train, "learning_rate": budget.teacher_learning_rate}})
     stages += [
         {"eval": {"output": "teacher-eval", "model": "${teacher}"}},
         {"importance": {"samples": budget.importance_samples}},
-        {"latency": {"runtime": deployment.runtime, "batch_size": deployment.batch_size,
-                     "seq_len": deployment.seq_len, "threads": deployment.threads}},
     ]
     if keep_layers is not None:
         # prune refuses scores of the model before its layers were dropped: the smaller model is scored again
@@ -105,6 +106,36 @@ def _needs_teacher(model: str, data: DataSettings, task_settings: TaskSettings) 
     from ..steps.training_common import task_kind
 
     return task_kind(data, task_settings).head_labels(load_config(model)) is None
+
+
+def _check_data(data: DataSettings, task_settings: TaskSettings) -> None:
+    """Read a few rows of both splits now: a missing dataset, column or label is one line before anything runs."""
+    from ..data import load_split
+    from ..steps.training_common import task_kind
+    from ..tasks import dataset_for
+
+    kind = task_kind(data, task_settings)
+    if kind.can_finetune():
+        raise GhostifyError(kind.can_finetune())
+    dataset = dataset_for(kind.preset, data.dataset)
+    for split in ("train", kind.preset.validation_split):
+        load_split(dataset, kind.preset, split, max_samples=8, validation_file=data.validation_file)
+
+
+def _check_reachable(recipe: Recipe, run_dir: Path, speedup: float, drop_layers: bool,
+                     say: Callable[[str], None]) -> None:
+    """Measure the latency model (the first stage), and refuse a speed-up that even one head and one FFN
+    neuron per layer (in one layer, where layers may be dropped) would not reach, before any training."""
+    from ..latency_model import LatencyModel
+
+    run_recipe(_prefix(recipe, "latency"), run_dir, on_stage=lambda planned, status: say(f"{planned.label}: {status}"))
+    latency = LatencyModel.load(next(p.directory for p in plan(recipe, run_dir) if p.stage.name == "latency"))
+    layers = 1 if drop_layers else latency.geometry.num_layers
+    best = latency.dense_ms() / latency.predict([1] * layers, [1] * layers)
+    if speedup > best:
+        raise GhostifyError(f"--speedup {speedup:g} is out of reach on {latency.deployment.describe()}: even one head "
+                            f"and one FFN neuron per layer predict {best:.2f}x; ask for {math.floor(best * 10) / 10:g} or "
+                            "less" + ("" if drop_layers else ", or try --drop-layers"))
 
 
 def _check(speedup: float, deployment: Deployment, budget: str, tolerance: float) -> None:
@@ -156,6 +187,7 @@ def compress(
     if out.exists() and not out.is_dir():
         raise GhostifyError(f"output {out} exists and is a file; choose another -o")
     model = str(model)
+    _check_data(data, task_settings)
     if teacher is None and _needs_teacher(model, data, task_settings):
         say(f"{model} has no trained head for task {data.task}: a teacher is fine-tuned first")
     elif teacher is None:
@@ -174,6 +206,7 @@ def compress(
     run_dir = out / STAGES
     recipe = recipe_for(speedup)
     check_outputs(recipe, run_dir, plan(recipe, run_dir))
+    _check_reachable(recipe, run_dir, speedup, drop_layers, say)
     if drop_layers:
         # the layers stay as planned for the target: a correction below re-allocates heads and neurons only
         keep_layers = _layers_to_keep(recipe, run_dir, speedup, say)
@@ -213,7 +246,7 @@ def _layers_to_keep(recipe: Recipe, run_dir: Path, speedup: float, say: Callable
     layers to keep when the plan removes any, else None."""
     from ..steps.latency_plan import plan_layers
 
-    run_recipe(_prefix(recipe, "latency"), run_dir, on_stage=lambda planned, status: say(f"{planned.label}: {status}"))
+    run_recipe(_prefix(recipe, "importance"), run_dir, on_stage=lambda planned, status: say(f"{planned.label}: {status}"))
     stages = {p.stage.name: p.directory for p in plan(recipe, run_dir)}
     planned = plan_layers(stages["importance"], stages["importance"], stages["latency"], speedup)
     if planned is None or not planned.dropped:
