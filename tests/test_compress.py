@@ -156,3 +156,31 @@ def test_a_speedup_out_of_reach_is_refused_before_any_training(world, tmp_path, 
     assert code == 2, err
     assert "--speedup 50 is out of reach" in err and "Traceback" not in err
     assert [p.name for p in (out / "stages").iterdir() if p.is_dir() and not p.name.startswith(".")] == ["01-latency"]
+
+
+def test_a_rerun_after_a_reallocation_redoes_nothing(world, tmp_path, monkeypatch, capsys):
+    """The first allocation measures 1.2x for 1.1x (9% over): re-allocated once; run again, compress keeps the
+    saved allocation and every stage is skipped (no training redone)."""
+    speedups = iter([1.2, 1.1, 1.1, 1.1])
+
+    def fake_measure(dense, compressed, deployment, rounds, **kwargs):
+        m = next(speedups)
+        return {"clock": "cpu", "dense_ms": 1.0, "compressed_ms": 1 / m, "measured": m, "measured_low": m,
+                "measured_high": m, "rounds": rounds, "wall_ms": {"dense": 1.0, "compressed": 1 / m},
+                "cpu_ms": {"dense": 1.0, "compressed": 1 / m}}
+
+    monkeypatch.setattr(compress_module, "_measure", fake_measure)
+    out = tmp_path / "out"
+    args = _toy_args(world, out, "--speedup", "1.1", "--runtime", "pytorch")
+    code, stdout, err = run_cli(capsys, *args)
+    assert code == 0, err
+    report = json.loads((out / "report.json").read_text())
+    assert report["reallocated"] and report["allocations"][1]["allocated_for"] == pytest.approx(1.1 * report["allocations"][0]["predicted"] / 1.2)
+    final = (out / "stages").glob("*-final")
+    stamps = {p.name: (p / "stage.json").read_text() for p in (out / "stages").iterdir() if (p / "stage.json").is_file()}
+    assert next(final).is_dir()
+    code, stdout, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert "the allocation of the earlier run" in err and ": running" not in err
+    assert {p.name: (p / "stage.json").read_text() for p in (out / "stages").iterdir()
+            if (p / "stage.json").is_file()} == stamps

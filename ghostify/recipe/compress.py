@@ -43,6 +43,8 @@ from .yaml_source import RecipeSource
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
 PLOT = "speedup.png"
+#: the allocation compress chose and the speed-ups it measured, for a re-run to keep
+ALLOCATION = "allocation.json"
 #: the recipe's run directory inside OUT
 STAGES = "stages"
 #: the importance stage after drop-layers: scores of the model prune gets
@@ -206,24 +208,42 @@ def compress(
     run_dir = out / STAGES
     recipe = recipe_for(speedup)
     check_outputs(recipe, run_dir, plan(recipe, run_dir))
-    _check_reachable(recipe, run_dir, speedup, drop_layers, say)
-    if drop_layers:
-        # the layers stay as planned for the target: a correction below re-allocates heads and neurons only
-        keep_layers = _layers_to_keep(recipe, run_dir, speedup, say)
-        recipe = recipe_for(speedup)
-    attempts = [_allocate_and_measure(recipe, run_dir, deployment, rounds, say)]
-    first = attempts[0]
-    if abs(first["measured"] / speedup - 1) > tolerance:
-        # the measured cost of what pruning keeps differs from the model's; scale the target by the miss
-        allocated = speedup * first["predicted"] / first["measured"]
-        say(f"measured {first['measured']:.2f}x for a predicted {first['predicted']:.2f}x: re-allocating once "
-            f"for a predicted {allocated:.2f}x")
-        corrected = recipe_for(allocated)
-        try:
-            attempts.append(_allocate_and_measure(corrected, run_dir, deployment, rounds, say))
-            recipe = corrected
-        except StageError as exc:  # e.g. the corrected target is beyond what pruning can reach
-            say(f"the re-allocation failed, the first allocation is kept: {exc}")
+    # what decided the allocation; a re-run with the same settings takes the saved one, so that the
+    # stages after prune (the training) are not redone after a re-allocation
+    settings = {"model": model, "teacher": teacher, "speedup": speedup, "deployment": dataclasses.asdict(deployment),
+                "data": data_mapping(data, task_settings), "budget": dataclasses.asdict(chosen), "ghosts": ghosts,
+                "drop_layers": drop_layers, "tolerance": tolerance, "seed": seed}
+    saved = _saved_allocation(out, settings)
+    if saved is not None:
+        keep_layers, attempts = saved["keep_layers"], saved["attempts"]
+        recipe = recipe_for(saved["allocated_for"])
+        say(f"the allocation of the earlier run ({saved['allocated_for']:.2f}x predicted, measured "
+            f"{attempts[-1]['measured']:.2f}x) is kept: {out / ALLOCATION}")
+    else:
+        _check_reachable(recipe, run_dir, speedup, drop_layers, say)
+        if drop_layers:
+            # the layers stay as planned for the target: a correction below re-allocates heads and neurons only
+            keep_layers = _layers_to_keep(recipe, run_dir, speedup, say)
+            recipe = recipe_for(speedup)
+        attempts = [_allocate_and_measure(recipe, run_dir, deployment, rounds, say)]
+        first = attempts[0]
+        allocated = speedup
+        if abs(first["measured"] / speedup - 1) > tolerance:
+            # the measured cost of what pruning keeps differs from the model's; scale the target by the miss
+            corrected_for = speedup * first["predicted"] / first["measured"]
+            say(f"measured {first['measured']:.2f}x for a predicted {first['predicted']:.2f}x: re-allocating once "
+                f"for a predicted {corrected_for:.2f}x")
+            corrected = recipe_for(corrected_for)
+            try:
+                attempts.append(_allocate_and_measure(corrected, run_dir, deployment, rounds, say))
+                recipe, allocated = corrected, corrected_for
+            except StageError as exc:  # e.g. the corrected target is beyond what pruning can reach
+                say(f"the re-allocation failed, the first allocation is kept: {exc}")
+                run_recipe(_prefix(recipe, "prune"), run_dir)  # the first allocation's model, if prune was replaced
+        out.mkdir(parents=True, exist_ok=True)  # the stages made it; a caller's own runner may not have
+        write_text_atomically(out / ALLOCATION, json.dumps({"settings": settings, "allocated_for": allocated,
+                                                            "keep_layers": keep_layers, "attempts": attempts},
+                                                           indent=2, default=str))
     run_recipe(recipe, run_dir, on_stage=lambda planned, status: say(f"{planned.label}: {status}"))
     stages = {p.stage.name: p.directory for p in plan(recipe, run_dir)}
     shipped = _shipped(stages, deployment)
@@ -232,6 +252,17 @@ def compress(
     _write_report(out, report)
     say(f"measured {final['measured']:.2f}x (target {speedup:g}x) in {deployment.describe()}; wrote {out / REPORT_MD}")
     return report
+
+
+def _saved_allocation(out: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
+    """The allocation an earlier run with the same ``settings`` chose and measured (None: none, or other settings)."""
+    path = out / ALLOCATION
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    same = isinstance(saved, dict) and saved.get("settings") == json.loads(json.dumps(settings, default=str))
+    return saved if same and isinstance(saved.get("attempts"), list) and saved["attempts"] else None
 
 
 def _prefix(recipe: Recipe, last: str) -> Recipe:
