@@ -77,7 +77,7 @@ def test_a_missed_speedup_is_reallocated_once_with_the_measured_correction(world
     """Measured 1.5x where 2.0x was predicted: the second allocation asks for 2 x 2.0 / 1.5."""
     allocations = []
 
-    def fake_measure(recipe, run_dir, deployment, rounds, say):
+    def fake_measure(recipe, run_dir, deployment, rounds, say, dense_exports=None):
         speedup = recipe.stages[[s.name for s in recipe.stages].index("prune")].settings["speedup"]
         allocations.append(speedup)
         measured = 1.5 if len(allocations) == 1 else 2.02

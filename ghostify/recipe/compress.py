@@ -214,6 +214,7 @@ def compress(
                 "data": data_mapping(data, task_settings), "budget": dataclasses.asdict(chosen), "ghosts": ghosts,
                 "drop_layers": drop_layers, "tolerance": tolerance, "seed": seed}
     saved = _saved_allocation(out, settings)
+    dense_exports = DenseExports()
     if saved is not None:
         keep_layers, attempts = saved["keep_layers"], saved["attempts"]
         recipe = recipe_for(saved["allocated_for"])
@@ -225,7 +226,7 @@ def compress(
             # the layers stay as planned for the target: a correction below re-allocates heads and neurons only
             keep_layers = _layers_to_keep(recipe, run_dir, speedup, say)
             recipe = recipe_for(speedup)
-        attempts = [_allocate_and_measure(recipe, run_dir, deployment, rounds, say)]
+        attempts = [_allocate_and_measure(recipe, run_dir, deployment, rounds, say, dense_exports)]
         first = attempts[0]
         allocated = speedup
         if abs(first["measured"] / speedup - 1) > tolerance:
@@ -235,7 +236,7 @@ def compress(
                 f"for a predicted {corrected_for:.2f}x")
             corrected = recipe_for(corrected_for)
             try:
-                attempts.append(_allocate_and_measure(corrected, run_dir, deployment, rounds, say))
+                attempts.append(_allocate_and_measure(corrected, run_dir, deployment, rounds, say, dense_exports))
                 recipe, allocated = corrected, corrected_for
             except StageError as exc:  # e.g. the corrected target is beyond what pruning can reach
                 say(f"the re-allocation failed, the first allocation is kept: {exc}")
@@ -247,7 +248,9 @@ def compress(
     run_recipe(recipe, run_dir, on_stage=lambda planned, status: say(f"{planned.label}: {status}"))
     stages = {p.stage.name: p.directory for p in plan(recipe, run_dir)}
     shipped = _shipped(stages, deployment)
-    final = _measure(_dense(recipe, stages), shipped, deployment, rounds, shipped_is_export=deployment.runtime != "pytorch")
+    final = _measure(_dense(recipe, stages), shipped, deployment, rounds, shipped_is_export=deployment.runtime != "pytorch",
+                     dense_exports=dense_exports)
+    dense_exports.close()
     report = _report(recipe, stages, speedup, deployment, chosen, budget, attempts, final, tolerance)
     _write_report(out, report)
     say(f"measured {final['measured']:.2f}x (target {speedup:g}x) in {deployment.describe()}; wrote {out / REPORT_MD}")
@@ -288,7 +291,7 @@ def _layers_to_keep(recipe: Recipe, run_dir: Path, speedup: float, say: Callable
 
 
 def _allocate_and_measure(recipe: Recipe, run_dir: Path, deployment: Deployment, rounds: int,
-                          say: Callable[[str], None]) -> dict[str, Any]:
+                          say: Callable[[str], None], dense_exports: DenseExports | None = None) -> dict[str, Any]:
     """Run the stages up to the pruned (and ghosted) model, then time it against the teacher."""
     names = [s.name for s in recipe.stages]
     last = "attach-ghost" if "attach-ghost" in names else "prune"
@@ -296,7 +299,7 @@ def _allocate_and_measure(recipe: Recipe, run_dir: Path, deployment: Deployment,
     stages = {p.stage.name: p.directory for p in plan(recipe, run_dir)}
     pruned = stages[last]
     entry = _speedup_entry(pruned)
-    result = _measure(_dense(recipe, stages), pruned, deployment, rounds)
+    result = _measure(_dense(recipe, stages), pruned, deployment, rounds, dense_exports=dense_exports)
     result["predicted"] = entry["dense_ms"] / entry["predicted_ms"]  # prune --speedup keeps at least the target
     result["allocated_for"] = recipe.stages[names.index("prune")].settings["speedup"]
     say(f"pruned for a predicted {result['predicted']:.2f}x: measured {result['measured']:.2f}x")
@@ -324,13 +327,37 @@ def _shipped(stages: dict[str, Path], deployment: Deployment) -> Path:
     return stages["onnx"] / _graph_name(deployment.runtime)
 
 
+class DenseExports:
+    """The dense model in the target runtime, exported once per compress run: every check times against it."""
+
+    def __init__(self) -> None:
+        self._directory: tempfile.TemporaryDirectory | None = None
+        self._graphs: dict[str, str] = {}
+
+    def get(self, model: Path, deployment: Deployment, export: Callable[..., Any]) -> str:
+        if str(model) not in self._graphs:
+            if self._directory is None:
+                self._directory = tempfile.TemporaryDirectory(prefix="ghostify-compress-dense-")
+            target = Path(self._directory.name) / f"dense-{len(self._graphs)}"
+            self._graphs[str(model)] = _in_runtime(model, target, deployment, export)
+        return self._graphs[str(model)]
+
+    def close(self) -> None:
+        if self._directory is not None:
+            self._directory.cleanup()
+
+
 def _measure(dense: Path, compressed: Path, deployment: Deployment, rounds: int, *,
-             shipped_is_export: bool = False) -> dict[str, Any]:
-    """The dense and the compressed model taking turns in the target runtime: medians and spread."""
+             shipped_is_export: bool = False, dense_exports: DenseExports | None = None) -> dict[str, Any]:
+    """The dense and the compressed model taking turns in the target runtime: medians and spread
+    (``dense_exports``: where the dense model's export is kept between checks)."""
     from ..steps import bench, export
 
     with tempfile.TemporaryDirectory(prefix="ghostify-compress-") as tmp:
-        models = [_in_runtime(dense, Path(tmp) / "dense", deployment, export)]
+        if dense_exports is not None:
+            models = [dense_exports.get(dense, deployment, export)]
+        else:
+            models = [_in_runtime(dense, Path(tmp) / "dense", deployment, export)]
         models.append(compressed if shipped_is_export else _in_runtime(compressed, Path(tmp) / "compressed", deployment, export))
         rows = bench(models, batch_size=deployment.batch_size, seq_len=deployment.seq_len, threads=deployment.threads,
                      rounds=rounds, warmup=max(1, BenchDefaults.warmup))
