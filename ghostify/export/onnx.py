@@ -11,6 +11,7 @@ against PyTorch on batches of other sizes, lengths and padding than the example 
 
 from __future__ import annotations
 
+import fnmatch
 import inspect
 import logging
 import warnings
@@ -107,10 +108,13 @@ class OnnxExport:
     max_difference: float  # fp32 graph vs PyTorch, over the check batches
     int8_difference: float | None = None  # int8 graph vs PyTorch (information: quantisation error)
     files: list[str] = field(default_factory=list)
+    kept_fp32: list[str] = field(default_factory=list)  # graph nodes that --keep-fp32 left out of int8
 
 
-def write_onnx(model: nn.Module, directory: Path, *, pooling: Pooling | None, quantize: str | None) -> OnnxExport:
-    """Export ``model`` to ``directory/model.onnx`` (and ``model_int8.onnx``), checked."""
+def write_onnx(model: nn.Module, directory: Path, *, pooling: Pooling | None, quantize: str | None,
+               keep_fp32: tuple[str, ...] = ()) -> OnnxExport:
+    """Export ``model`` to ``directory/model.onnx`` (and ``model_int8.onnx``), checked; the modules
+    that ``keep_fp32`` names (see :func:`check_keep_fp32`) stay fp32 in the int8 graph."""
     require_onnx()
     inputs = input_names(model)
     graph = _Graph(model.eval(), inputs, pooling).eval()
@@ -139,7 +143,8 @@ def write_onnx(model: nn.Module, directory: Path, *, pooling: Pooling | None, qu
         raise GhostifyError(f"the ONNX graph differs from PyTorch by {result.max_difference:.2e} (more than {TOLERANCE:g}) "
                             "on batches of other shapes than the export example; please report this model")
     if quantize == "int8":
-        quantize_int8(path, directory / INT8_NAME)
+        result.kept_fp32 = nodes_of_modules(path, keep_fp32)
+        quantize_int8(path, directory / INT8_NAME, keep=result.kept_fp32)
         result.int8_difference = compare(graph, directory / INT8_NAME, inputs)
         result.files.append(INT8_NAME)
     return result
@@ -182,9 +187,45 @@ def session_for(path: Path, *, threads: int | None = None, spinning: bool = True
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def quantize_int8(source: Path, target: Path) -> None:
+def check_keep_fp32(model: nn.Module, patterns: tuple[str, ...]) -> None:
+    """Every ``--keep-fp32`` pattern must name a module of ``model``: a module name as
+    ``model.named_modules()`` gives it (``qa_outputs``, ``bert.encoder.layer.5``) or an fnmatch
+    pattern of names (``*.output.dense``); a module keeps everything inside it fp32."""
+    names = [name for name, _ in model.named_modules() if name]
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
+            leaves = [name for name, module in model.named_modules() if name and not list(module.children())]
+            examples = ", ".join(dict.fromkeys([*leaves[-2:], *[n for n in leaves if "layer" in n][:2]]))
+            raise GhostifyError(f"--keep-fp32 {pattern!r} names no module of this {type(model).__name__}; give module "
+                                f"names or fnmatch patterns of them, comma-separated, e.g. {examples} or '*.output.dense'")
+
+
+def nodes_of_modules(path: Path, patterns: tuple[str, ...]) -> list[str]:
+    """The nodes of the exported graph ``path`` that the modules ``patterns`` name computed, from the
+    module scopes torch's exporter records on each node (``pkg.torch.onnx.name_scopes``)."""
+    if not patterns:
+        return []
+    import ast
+
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    found = []
+    for node in graph.node:
+        scopes = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.name_scopes"), None)
+        if scopes is None or not node.name:
+            continue
+        # the scopes are module paths of the wrapper (_Graph): its model sits under "model."
+        modules = [s.removeprefix("model.") for s in ast.literal_eval(scopes) if s.startswith("model.")]
+        if any(fnmatch.fnmatchcase(m, p) for m in modules for p in patterns):
+            found.append(node.name)
+    return found
+
+
+def quantize_int8(source: Path, target: Path, *, keep: list[str] | tuple[str, ...] = ()) -> None:
     """ONNX Runtime dynamic quantisation (int8 weights, activations quantised at run time), after
-    the pre-processing ONNX Runtime recommends (symbolic shape inference and graph optimisation)."""
+    the pre-processing ONNX Runtime recommends (symbolic shape inference and graph optimisation);
+    the nodes named in ``keep`` stay fp32 (its ``nodes_to_exclude``: pre-processing keeps names)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
@@ -196,7 +237,7 @@ def quantize_int8(source: Path, target: Path) -> None:
             # the dynamo exporter's symbolic dimensions and adds nothing for dynamic quantisation
             quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
             quantize_dynamic(str(prepared), str(target), weight_type=QuantType.QInt8,
-                             nodes_to_exclude=_grouped_convolutions(prepared))
+                             nodes_to_exclude=[*_grouped_convolutions(prepared), *keep])
     except Exception as exc:  # ONNX Runtime's tools raise anything; say where it happened
         raise GhostifyError(f"ONNX Runtime int8 quantisation failed: {_summary(exc)}; the fp32 export is fine "
                             "(drop --quantize)") from exc

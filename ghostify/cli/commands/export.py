@@ -7,7 +7,7 @@ import typer
 from ...settings import ExportDefaults
 from ..app import app
 from ..console import err, print_json
-from ..options import Json, Model, Output, Overwrite
+from ..options import Json, Model, Output, Overwrite, split_columns
 
 
 @app.command(
@@ -22,6 +22,7 @@ def export(
     output: Output,
     format: Annotated[str, typer.Option("--format", help="hf: a transformers directory that loads without ghostify (trust_remote_code=True); onnx: an ONNX graph for ONNX Runtime.")] = ExportDefaults.format,
     quantize: Annotated[Optional[str], typer.Option("--quantize", help="int8: also write model_int8.onnx, ONNX Runtime dynamic quantisation (with --format onnx).", show_default=False)] = None,
+    keep_fp32: Annotated[Optional[str], typer.Option("--keep-fp32", help="With --quantize int8: modules that stay fp32 in model_int8.onnx, comma-separated module names or fnmatch patterns of them (e.g. qa_outputs, '*.output.dense', bert.encoder.layer.5); everything inside a module named stays fp32.", show_default=False)] = None,
     push_to_hub: Annotated[Optional[str], typer.Option("--push-to-hub", help="Then upload the export to this Hugging Face Hub repository (ORG/NAME), as one commit; the repository is created if it does not exist.", show_default=False)] = None,
     private: Annotated[bool, typer.Option("--private", help="With --push-to-hub: create the repository private.")] = False,
     revision: Annotated[Optional[str], typer.Option("--revision", help="With --push-to-hub: the branch to commit to (created from main if new).", show_default=False)] = None,
@@ -46,7 +47,8 @@ def export(
     """
     from ... import steps  # torch and transformers: loaded when a command runs, not for --help
 
-    result = steps.export(model, output, format=format, quantize=quantize, push_to_hub=push_to_hub, private=private,
+    result = steps.export(model, output, format=format, quantize=quantize,
+                          keep_fp32=split_columns(keep_fp32), push_to_hub=push_to_hub, private=private,
                           revision=revision, token=token, overwrite=overwrite)
     if json_output:
         print_json(result)
@@ -61,7 +63,8 @@ def export(
         err.print(f"onnx: inputs {', '.join(result['inputs'])} -> {', '.join(result['outputs'])}; "
                   f"largest difference from PyTorch {result['max_difference']:.1e}")
         if result.get("int8_difference") is not None:
-            err.print(f"int8: largest difference from fp32 PyTorch {result['int8_difference']:.1e} (quantisation error)")
+            kept = f"; {len(result['kept_fp32'])} graph nodes kept fp32" if result.get("kept_fp32") is not None else ""
+            err.print(f"int8: largest difference from fp32 PyTorch {result['int8_difference']:.1e} (quantisation error){kept}")
     err.print(f"wrote {output}")
     if result.get("pushed"):
         err.print(f"pushed to {result['pushed']['url']} ({result['pushed']['revision']})")

@@ -1,0 +1,88 @@
+"""`export --quantize int8 --keep-fp32 MODULES`: the modules named stay fp32 MatMuls in model_int8.onnx (ONNX
+Runtime's nodes_to_exclude), everything else is quantised as before; a pattern that names no module, or the flag
+without int8, is refused in one line before anything is written."""
+
+from __future__ import annotations
+
+import pytest
+
+from ghostify import steps
+from ghostify.errors import GhostifyError
+from ghostify.testing import FFN, HIDDEN, LAYERS, tiny_checkpoint
+from tests.conftest import run_cli
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+
+def _ops(path):
+    graph = onnx.load(str(path)).graph
+    weights = {i.name: i for i in graph.initializer}
+    fp32 = [n for n in graph.node if n.op_type == "MatMul" and any(i in weights for i in n.input)]
+    return [n.op_type for n in graph.node], {n.name: [onnx.numpy_helper.to_array(weights[i]).shape for i in n.input
+                                                      if i in weights][0] for n in fp32}
+
+
+@pytest.fixture(scope="module")
+def qa_model(tmp_path_factory):
+    return tiny_checkpoint(tmp_path_factory.mktemp("qa") / "model", head="question-answering")
+
+
+def test_the_named_head_stays_fp32_and_the_rest_is_quantised(tmp_path, qa_model):
+    plain = steps.export(qa_model, tmp_path / "plain", format="onnx", quantize="int8")
+    kept = steps.export(qa_model, tmp_path / "kept", format="onnx", quantize="int8", keep_fp32=("qa_outputs",))
+    assert "kept_fp32" not in plain and len(kept["kept_fp32"]) >= 1
+    ops_plain, fp32_plain = _ops(tmp_path / "plain" / "model_int8.onnx")
+    ops_kept, fp32_kept = _ops(tmp_path / "kept" / "model_int8.onnx")
+    assert fp32_plain == {}  # every weight MatMul is int8 without the flag
+    assert list(fp32_kept.values()) == [(HIDDEN, 2)]  # only the QA head's (hidden -> start/end) weight is fp32
+    assert ops_kept.count("MatMulInteger") == ops_plain.count("MatMulInteger") - 1
+    # the fp32 graph is the same either way
+    assert (tmp_path / "plain" / "model.onnx").read_bytes() == (tmp_path / "kept" / "model.onnx").read_bytes()
+
+
+def test_a_pattern_keeps_every_module_it_matches(tmp_path, qa_model):
+    """``*.intermediate.dense`` matches each layer's FFN input projection: one fp32 MatMul per layer."""
+    result = steps.export(qa_model, tmp_path / "onnx", format="onnx", quantize="int8",
+                          keep_fp32=("*.intermediate.dense", "qa_outputs"))
+    _, fp32 = _ops(tmp_path / "onnx" / "model_int8.onnx")
+    assert sorted(fp32.values()) == sorted([(HIDDEN, FFN)] * LAYERS + [(HIDDEN, 2)]), fp32
+    assert len(result["kept_fp32"]) >= LAYERS + 1
+
+
+def test_keeping_nodes_fp32_brings_the_int8_graph_closer_to_pytorch(tmp_path, qa_model):
+    """Every module kept fp32 (embedding tables included): the int8 graph computes what PyTorch does."""
+    plain = steps.export(qa_model, tmp_path / "plain", format="onnx", quantize="int8")
+    every = steps.export(qa_model, tmp_path / "every", format="onnx", quantize="int8", keep_fp32=("*",))
+    assert every["int8_difference"] < 1e-4 < plain["int8_difference"]  # nothing quantised: the fp32 graph's outputs
+    ops, _ = _ops(tmp_path / "every" / "model_int8.onnx")
+    assert "MatMulInteger" not in ops and "DequantizeLinear" not in ops
+
+
+def test_a_pattern_that_names_no_module_is_refused_before_writing(tmp_path, qa_model):
+    with pytest.raises(GhostifyError, match=r"--keep-fp32 'qa_head' names no module of this .*ForQuestionAnswering") as err:
+        steps.export(qa_model, tmp_path / "onnx", format="onnx", quantize="int8", keep_fp32=("qa_head",))
+    assert "\n" not in str(err.value) and "qa_outputs" in str(err.value)  # an example of a real name
+    assert not (tmp_path / "onnx").exists()
+
+
+def test_keep_fp32_without_int8_is_refused(tmp_path, qa_model):
+    with pytest.raises(GhostifyError, match="add --format onnx --quantize int8"):
+        steps.export(qa_model, tmp_path / "onnx", format="onnx", keep_fp32=("qa_outputs",))
+
+
+def test_the_cli_flag_and_the_recipe_key(tmp_path, qa_model, capsys):
+    code, _, err = run_cli(capsys, "export", qa_model, "-o", tmp_path / "cli", "--format", "onnx", "--quantize", "int8",
+                           "--keep-fp32", "qa_outputs, *.intermediate.dense")
+    assert code == 0, err
+    assert "graph nodes kept fp32" in err
+    code, _, err = run_cli(capsys, "export", qa_model, "-o", tmp_path / "bad", "--format", "onnx", "--quantize", "int8",
+                           "--keep-fp32", "nothing")
+    assert code != 0 and "Traceback" not in err and "names no module" in err
+    from ghostify import recipe as recipes
+
+    path = tmp_path / "r.yaml"
+    path.write_text(f"model: {qa_model}\nstages:\n  - export: {{format: onnx, quantize: int8, keep_fp32: [qa_outputs]}}\n")
+    recipes.run(recipes.load(path), tmp_path / "run")
+    _, fp32 = _ops(next((tmp_path / "run").glob("01-*")) / "model_int8.onnx")
+    assert list(fp32.values()) == [(HIDDEN, 2)]
