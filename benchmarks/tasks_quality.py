@@ -122,6 +122,52 @@ BUDGETS = {
                                importance_samples=1024, distill_epochs=2, distill_samples=None, distill_lr=2e-4,
                                finetune_epochs=1, finetune_samples=None, finetune_lr=1e-4),
 }
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One change to the 6/12 chain that may win back what compression or int8 lost (``--levers``): its settings
+    are merged into the chain recipe's ``data:`` or stages. A lever that changes only the export re-exports the
+    plain chain's final model (no training)."""
+
+    what: str  # one line for the report
+    kinds: tuple[str, ...]  # the dataset kinds it applies to
+    data: dict[str, Any] = field(default_factory=dict)
+    prune: dict[str, Any] = field(default_factory=dict)
+    distill: dict[str, Any] = field(default_factory=dict)
+    distill_epochs_factor: int = 1  # the budget's distillation epochs times this
+    finetune: dict[str, Any] = field(default_factory=dict)
+    export: dict[str, Any] = field(default_factory=dict)
+    keep_head_fp32: bool = False  # export --keep-fp32 also names the task head (HEAD_MODULES)
+
+    @property
+    def export_only(self) -> bool:
+        return not (self.data or self.prune or self.distill or self.finetune or self.distill_epochs_factor != 1)
+
+    def export_settings(self, kind: str) -> dict[str, Any]:
+        keep = [*self.export.get("keep_fp32", []), *([HEAD_MODULES[kind]] if self.keep_head_fp32 else [])]
+        return {**self.export, **({"keep_fp32": keep} if keep else {})}
+
+
+#: the levers issue 27 names that the toolkit has; module names are all-MiniLM-L6-v2's (BERT)
+LEVERS = {
+    "label-all-subwords": Lever("every sub-word of a word labelled (B- continues as I-) in distill and finetune",
+                                ("tokens",), data={"label_all_subwords": True}),
+    "logit-weight-3": Lever("distill's prediction-layer weight 3 (1 in the plain chain)",
+                            ("tokens", "qa", "classification"), distill={"logit_weight": 3.0}),
+    "distill-epochs-x2": Lever("twice the distillation epochs", ("tokens", "qa", "classification"),
+                               distill_epochs_factor=2),
+    "global": Lever("prune --allocation global (one ranking over all layers) instead of uniform width",
+                    ("tokens", "qa", "classification"), prune={"allocation": "global"}),
+    "fp32-head": Lever("export --keep-fp32 of the task head (int8 elsewhere)", ("tokens", "qa", "classification"),
+                       keep_head_fp32=True),
+    "fp32-ffn-out": Lever("export --keep-fp32 of every FFN output projection and the head",
+                          ("tokens", "qa", "classification"),
+                          export={"keep_fp32": ["bert.encoder.layer.?.output.dense"]}, keep_head_fp32=True),
+}
+#: the task head's module in all-MiniLM-L6-v2's task models, by dataset kind
+HEAD_MODULES = {"qa": "qa_outputs", "tokens": "classifier", "classification": "classifier"}
+
 #: --quick: a few dozen examples of each split, 64 tokens, one epoch
 QUICK_ROWS = {"train": 48, "validation": 32}
 QUICK = Budget(max_length=64, teacher_epochs=1, teacher_samples=None, teacher_lr=1e-4, importance_samples=16,
@@ -137,6 +183,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--minilm", type=Path, default=SHARED / "models" / "all-MiniLM-L6-v2")
     p.add_argument("--data", type=Path, default=SHARED / "data", help="the folder of the datasets' local copies")
     p.add_argument("--output", type=Path, default=RESULTS, help=f"the markdown report (default {RESULTS.relative_to(REPO)})")
+    p.add_argument("--levers", default="", help=f"comma-separated, of {', '.join(LEVERS)}: also run the {GOAL_WIDTH} "
+                   "chain with each (on the datasets it applies to) and report what it bought")
     p.add_argument("--quick", action="store_true", help=f"smoke test: {QUICK_ROWS['train']} training and "
                    f"{QUICK_ROWS['validation']} validation rows per dataset, 64 tokens, one epoch, 6/12 only")
     args = p.parse_args(argv)
@@ -144,6 +192,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = [d for d in args.datasets if d not in DATASETS]
     if unknown:
         p.error(f"unknown dataset {unknown[0]!r}; choose from {', '.join(DATASETS)}")
+    args.levers = [lever.strip() for lever in args.levers.split(",") if lever.strip()]
+    unknown = [lever for lever in args.levers if lever not in LEVERS]
+    if unknown:
+        p.error(f"unknown lever {unknown[0]!r}; choose from {', '.join(LEVERS)}")
     args.widths = ["6/12"] if args.quick else [w.strip() for w in args.widths.split(",") if w.strip()]
     return args
 
@@ -159,9 +211,14 @@ def append_row(work: Path, row: dict[str, Any]) -> None:
         f.write(json.dumps(row) + "\n")
 
 
-def has_rows(rows: list[dict[str, Any]], dataset: str, width: str, runtimes=RUNTIMES) -> bool:
-    found = {(r["dataset"], r["width"], r["runtime"]) for r in rows}
-    return all((dataset, width, runtime) in found for runtime in runtimes)
+def variant(row: dict[str, Any]) -> str:
+    """The lever a row measured (``plain``: the chain as BUDGETS gives it)."""
+    return row.get("lever", "plain")
+
+
+def has_rows(rows: list[dict[str, Any]], dataset: str, width: str, runtimes=RUNTIMES, lever: str = "plain") -> bool:
+    found = {(r["dataset"], r["width"], r["runtime"], variant(r)) for r in rows}
+    return all((dataset, width, runtime, lever) in found for runtime in runtimes)
 
 
 # ----- data -----------------------------------------------------------------------------------
@@ -216,21 +273,42 @@ def teacher_recipe(args, name: str, spec: Dataset, budget: Budget, dataset: Path
     return {**header(args, name, spec, budget, dataset, str(args.minilm), None), "stages": stages}
 
 
-def chain_recipe(args, name: str, spec: Dataset, budget: Budget, dataset: Path, width: str, teacher_run: Path) -> dict:
-    """prune -> distill -> finetune with the teacher -> eval; export ONNX (fp32, int8) -> eval both."""
+def chain_recipe(args, name: str, spec: Dataset, budget: Budget, dataset: Path, width: str, teacher_run: Path,
+                 lever: Lever | None = None) -> dict:
+    """prune -> distill -> finetune with the teacher -> eval; export ONNX (fp32, int8) -> eval both (with
+    ``lever``'s settings merged in)."""
+    lever = lever or Lever("the plain chain", ())
     teacher = str(teacher_run / "01-teacher")
+    distill = training(budget.distill_epochs * lever.distill_epochs_factor, budget.distill_samples, budget.distill_lr,
+                       budget, logit_weight=budget.logit_weight)
+    distill.update(lever.distill)
     stages = [
-        {"prune": {"width": width}},
-        {"distill": training(budget.distill_epochs, budget.distill_samples, budget.distill_lr, budget,
-                             logit_weight=budget.logit_weight)},
+        {"prune": {"width": width, **lever.prune}},
+        {"distill": distill},
         {"finetune": {"output": "final", "teacher": teacher, "teacher_weight": 0.5,
-                      **training(budget.finetune_epochs, budget.finetune_samples, budget.finetune_lr, budget)}},
+                      **training(budget.finetune_epochs, budget.finetune_samples, budget.finetune_lr, budget),
+                      **lever.finetune}},
         {"eval": {"output": "eval-pytorch"}},
-        {"export": {"output": "onnx", "format": "onnx", "quantize": "int8"}},
+        *export_stages(lever, spec.kind),
+    ]
+    raw = header(args, name, spec, budget, dataset, str(teacher_run / "03-scored"), teacher)
+    raw["data"].update(lever.data)
+    return {**raw, "stages": stages}
+
+
+def export_stages(lever: Lever, kind: str) -> list[dict[str, Any]]:
+    return [
+        {"export": {"output": "onnx", "format": "onnx", "quantize": "int8", **lever.export_settings(kind)}},
         {"eval": {"output": "eval-onnx", "model": "${onnx}/model.onnx"}},
         {"eval": {"output": "eval-int8", "model": "${onnx}/model_int8.onnx"}},
     ]
-    return {**header(args, name, spec, budget, dataset, str(teacher_run / "03-scored"), teacher), "stages": stages}
+
+
+def export_recipe(args, name: str, spec: Dataset, budget: Budget, dataset: Path, final: Path, lever: Lever) -> dict:
+    """An export-only lever: the plain chain's final model evaluated, exported with the lever's settings,
+    evaluated in both graphs (stage names as the chain's, so the rows read the same)."""
+    stages = [{"eval": {"output": "eval-pytorch"}}, *export_stages(lever, spec.kind)]
+    return {**header(args, name, spec, budget, dataset, str(final), None), "stages": stages}
 
 
 def run_recipe(raw: dict, path: Path, run_dir: Path) -> dict[str, Any]:
@@ -311,7 +389,9 @@ def run_dataset(args, name: str, rows: list[dict[str, Any]]) -> None:
     work.mkdir(parents=True, exist_ok=True)
     source = args.data / spec.folder
     dataset = quick_copy(source, work / "quick-data", spec) if args.quick else source
-    if all(has_rows(rows, name, w) for w in args.widths) and has_rows(rows, name, "teacher", ("pytorch",)):
+    levers = [lever for lever in args.levers if spec.kind in LEVERS[lever].kinds]
+    if (all(has_rows(rows, name, w) for w in args.widths) and has_rows(rows, name, "teacher", ("pytorch",))
+            and all(has_rows(rows, name, GOAL_WIDTH, lever=lever) for lever in levers)):
         common.stderr_log(f"{name}: every row is in {args.work / ROWS}, skipped")
         return
     teacher_run = work / "teacher"
@@ -324,29 +404,45 @@ def run_dataset(args, name: str, rows: list[dict[str, Any]]) -> None:
                "seconds": {k: v["wall_time"] for k, v in report.items()}, "budget": dataclasses.asdict(budget)}
         append_row(args.work, row)
         rows.append(row)
-    for width in args.widths:
-        if has_rows(rows, name, width):
+    runs = [(width, "plain") for width in args.widths] + [(GOAL_WIDTH, lever) for lever in levers]
+    for width, lever_name in runs:
+        if has_rows(rows, name, width, lever=lever_name):
             continue
-        slug = "w" + width.replace("/", "-")
+        slug = "w" + width.replace("/", "-") + ("" if lever_name == "plain" else f"-{lever_name}")
         run_dir = work / slug
-        chain = stage_rows(run_recipe(chain_recipe(args, name, spec, budget, dataset, width, teacher_run),
-                                      work / f"{slug}.yaml", run_dir))
-        models = {"pytorch": run_dir / "03-final", "onnx fp32": run_dir / "05-onnx" / "model.onnx",
-                  "onnx int8": run_dir / "05-onnx" / "model_int8.onnx"}
+        lever = LEVERS.get(lever_name)
+        if lever is not None and lever.export_only:  # the plain chain's final model, exported another way
+            plain_final = work / ("w" + GOAL_WIDTH.replace("/", "-")) / "03-final"
+            if not plain_final.is_dir():
+                common.stderr_log(f"{name}: lever {lever_name} needs the plain {GOAL_WIDTH} chain; add {GOAL_WIDTH} "
+                                  "to --widths")
+                continue
+            chain = stage_rows(run_recipe(export_recipe(args, name, spec, budget, dataset, plain_final, lever),
+                                          work / f"{slug}.yaml", run_dir))
+            final, first = plain_final, 1
+            params = next(r for r in rows if r["dataset"] == name and r["width"] == GOAL_WIDTH)["params"]
+        else:
+            chain = stage_rows(run_recipe(chain_recipe(args, name, spec, budget, dataset, width, teacher_run, lever),
+                                          work / f"{slug}.yaml", run_dir))
+            final, first, params = run_dir / "03-final", 4, chain["final"]["params"]
+        onnx = run_dir / f"{first + 1:02d}-onnx"
+        models = {"pytorch": final, "onnx fp32": onnx / "model.onnx", "onnx int8": onnx / "model_int8.onnx"}
         evals = {"pytorch": "eval-pytorch", "onnx fp32": "eval-onnx", "onnx int8": "eval-int8"}
         for runtime in RUNTIMES:
-            if has_rows(rows, name, width, (runtime,)):
+            if has_rows(rows, name, width, (runtime,), lever=lever_name):
                 continue
-            row = {"dataset": name, "width": width, "runtime": runtime, "params": chain["final"]["params"],
+            row = {"dataset": name, "width": width, "runtime": runtime, "params": params,
                    "metrics": metrics_of(chain[evals[runtime]], spec, models[runtime], data, budget.max_length),
                    "seconds": {k: v["wall_time"] for k, v in chain.items()}, "budget": dataclasses.asdict(budget)}
+            if lever is not None:
+                row.update(lever=lever_name, lever_settings=dataclasses.asdict(lever))
             append_row(args.work, row)
             rows.append(row)
 
 
 # ----- the report -------------------------------------------------------------------------------
 def result_table(rows: list[dict[str, Any]], datasets: list[str], widths: list[str]) -> str:
-    found = {(r["dataset"], r["width"], r["runtime"]): r for r in rows}
+    found = {(r["dataset"], r["width"], r["runtime"]): r for r in rows if variant(r) == "plain"}
     headers = ["dataset", "width", "metric", "teacher", "compressed PyTorch (% of teacher)", "ONNX fp32", "ONNX int8",
                "int8 - fp32 (points)", "goal met?"]
     lines = []
@@ -366,6 +462,32 @@ def result_table(rows: list[dict[str, Any]], datasets: list[str], widths: list[s
                               f"{value['onnx fp32']:.4f}", f"{value['onnx int8']:.4f}", f"{drop:+.2f}",
                               goal(spec, width, metric, kept, drop)])
     return common.markdown_table(headers, lines)
+
+
+def lever_table(rows: list[dict[str, Any]], datasets: list[str]) -> str:
+    """Each lever's goal metric at the goal width beside the plain chain's: PyTorch, int8, and int8 - fp32."""
+    found = {(r["dataset"], r["width"], r["runtime"], variant(r)): r for r in rows}
+    headers = ["dataset", "lever", "what it changes", "metric", "PyTorch (vs plain, points)",
+               "ONNX int8 (vs plain, points)", "int8 - fp32 (points)", "% of teacher (PyTorch)"]
+    lines = []
+    for name in datasets:
+        spec, metric = DATASETS[name], DATASETS[name].metrics[0]
+        teacher = found.get((name, "teacher", "pytorch", "plain"))
+        plain = {rt: found.get((name, GOAL_WIDTH, rt, "plain")) for rt in RUNTIMES}
+        if teacher is None or any(v is None for v in plain.values()):
+            continue
+        for lever_name, lever in LEVERS.items():
+            cells = {rt: found.get((name, GOAL_WIDTH, rt, lever_name)) for rt in RUNTIMES}
+            if any(v is None for v in cells.values()):
+                continue
+            value = {rt: cells[rt]["metrics"][metric] for rt in RUNTIMES}
+            base = {rt: plain[rt]["metrics"][metric] for rt in RUNTIMES}
+            lines.append([name, lever_name, lever.what, metric,
+                          f"{value['pytorch']:.4f} ({spec.points * (value['pytorch'] - base['pytorch']):+.2f})",
+                          f"{value['onnx int8']:.4f} ({spec.points * (value['onnx int8'] - base['onnx int8']):+.2f})",
+                          f"{spec.points * (value['onnx int8'] - value['onnx fp32']):+.2f}",
+                          f"{100 * value['pytorch'] / teacher['metrics'][metric]:.1f}%"])
+    return common.markdown_table(headers, lines) if lines else "(no lever measured)"
 
 
 def goal(spec: Dataset, width: str, metric: str, kept: float, drop: float) -> str:
@@ -400,16 +522,18 @@ def budget_table(datasets: list[str], quick: bool) -> str:
 
 def time_table(rows: list[dict[str, Any]], datasets: list[str], widths: list[str]) -> str:
     """Wall minutes of every stage: the teacher's (once per dataset) and each width's chain."""
-    found = {(r["dataset"], r["width"], r["runtime"]): r for r in rows}
+    found = {(r["dataset"], r["width"], r["runtime"], variant(r)): r for r in rows}
     headers = ["dataset", "run", "stages (wall minutes)", "total (min)"]
     lines = []
     for name in datasets:
-        for width in ["teacher", *widths]:
-            row = found.get((name, width, "pytorch"))
+        runs = [(w, "plain") for w in ["teacher", *widths]] + [(GOAL_WIDTH, lever) for lever in LEVERS]
+        for width, lever in runs:
+            row = found.get((name, width, "pytorch", lever))
             if row is None:
                 continue
             seconds = row["seconds"]
-            lines.append([name, width, ", ".join(f"{k} {v / 60:.1f}" for k, v in seconds.items()),
+            run = width if lever == "plain" else f"{width} {lever}"
+            lines.append([name, run, ", ".join(f"{k} {v / 60:.1f}" for k, v in seconds.items()),
                           f"{sum(seconds.values()) / 60:.1f}"])
     return common.markdown_table(headers, lines)
 
@@ -436,6 +560,7 @@ def main(argv=None) -> None:
               f"Machine: {common.machine_line(info)}\n\nThis invocation: {(time.perf_counter() - started) / 60:.1f} min "
               f"(finished stages and rows in `--work` are reused).\n\n{note}\n\n"
               f"## Results\n\n{result_table(rows, args.datasets, args.widths)}\n\n"
+              f"## Levers (at {GOAL_WIDTH})\n\n{lever_table(rows, args.datasets)}\n\n"
               f"## Budget\n\n{budget_table(args.datasets, args.quick)}\n\n"
               f"## Time\n\n{time_table(rows, args.datasets, args.widths)}\n")
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -194,8 +194,10 @@ def check_keep_fp32(model: nn.Module, patterns: tuple[str, ...]) -> None:
     names = [name for name, _ in model.named_modules() if name]
     for pattern in patterns:
         if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
-            leaves = [name for name, module in model.named_modules() if name and not list(module.children())]
-            examples = ", ".join(dict.fromkeys([*leaves[-2:], *[n for n in leaves if "layer" in n][:2]]))
+            # the modules with a weight matrix, what int8 quantises: the last (the head) and a layer's first two
+            matrices = [name for name, module in model.named_modules()
+                        if name and getattr(getattr(module, "weight", None), "ndim", 0) == 2]
+            examples = ", ".join(dict.fromkeys([*matrices[-1:], *[n for n in matrices if "layer" in n][:2]]))
             raise GhostifyError(f"--keep-fp32 {pattern!r} names no module of this {type(model).__name__}; give module "
                                 f"names or fnmatch patterns of them, comma-separated, e.g. {examples} or '*.output.dense'")
 
