@@ -136,9 +136,9 @@ def test_bench_estimate_refuses_only_what_cannot_fit(monkeypatch):
     assert bench.activation_bytes(config, 8, 64, scores=False) == 8 * one
     assert bench.activation_bytes(config, 1, 64, scores=True) == one + 4 * 4 * 64 * 64
     monkeypatch.setattr(bench, "available_memory", lambda: 8 * one)
-    bench._check_memory("m", config, 8, 64)  # fits exactly
+    bench.check_memory("m", config, 8, 64)  # fits exactly
     with pytest.raises(GhostifyError, match="use --batch-size 8 or less"):
-        bench._check_memory("m", config, 9, 64)
+        bench.check_memory("m", config, 9, 64)
 
 
 def test_there_are_enough_new_cases():

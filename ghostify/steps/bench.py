@@ -29,7 +29,7 @@ def _config(model: str | os.PathLike):
     return load_config(graph.parent if graph is not None else model)
 
 
-def _check_positions(model: str | os.PathLike, config, seq_len: int) -> None:
+def check_positions(model: str | os.PathLike, config, seq_len: int) -> None:
     limit = usable_positions(config)
     if seq_len > limit:
         raise GhostifyError(f"--seq-len {seq_len} exceeds the {limit} tokens {model} can read (its position "
@@ -61,7 +61,7 @@ def available_memory() -> int | None:
     return None
 
 
-def _check_memory(model: str | os.PathLike, config, batch: int, length: int) -> None:
+def check_memory(model: str | os.PathLike, config, batch: int, length: int) -> None:
     """Refuse a batch whose activations cannot fit in the available memory (before allocating them)."""
     available = available_memory()
     if available is None:
@@ -82,7 +82,7 @@ def _gb(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
-def _guarded(model: str | os.PathLike, batch: int, length: int, call: Callable[[], Any]) -> Any:
+def guarded(model: str | os.PathLike, batch: int, length: int, call: Callable[[], Any]) -> Any:
     """``call()``, with an allocation failure as one line naming the model and the batch."""
     try:
         return call()
@@ -97,7 +97,7 @@ def _guarded(model: str | os.PathLike, batch: int, length: int, call: Callable[[
                             "use a smaller --batch-size or --seq-len") from exc
 
 
-def _runner(model: str | os.PathLike, batch: int, length: int, threads: int) -> tuple[str, Callable[[], Any]]:
+def runner_for(model: str | os.PathLike, batch: int, length: int, threads: int) -> tuple[str, Callable[[], Any]]:
     """What ``model`` is ("pytorch" or "onnx") and a call that runs one forward pass on a fixed batch."""
     graph = onnx_path(model)
     if graph is not None:
@@ -166,14 +166,14 @@ def bench(
         raise GhostifyError("name at least one model to measure")
     configs = [_config(m) for m in models]
     for model, config in zip(models, configs):  # every model, before any is loaded or timed
-        _check_positions(model, config, seq_len)
+        check_positions(model, config, seq_len)
     for model, config in zip(models, configs):
-        _check_memory(model, config, batch_size, seq_len)
+        check_memory(model, config, batch_size, seq_len)
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        runners = [_guarded(m, batch_size, seq_len, lambda m=m: _runner(m, batch_size, seq_len, threads)) for m in models]
-        runs = [lambda m=m, run=run: _guarded(m, batch_size, seq_len, run) for m, (_, run) in zip(models, runners)]
+        runners = [guarded(m, batch_size, seq_len, lambda m=m: runner_for(m, batch_size, seq_len, threads)) for m in models]
+        runs = [lambda m=m, run=run: guarded(m, batch_size, seq_len, run) for m, (_, run) in zip(models, runners)]
         wall, cpu = take_turns(runs, rounds=rounds, warmup=warmup)
     finally:
         torch.set_num_threads(previous)

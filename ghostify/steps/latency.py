@@ -35,7 +35,7 @@ from ..methods import layer_origin
 from ..methods.pruning import dense_record, prune_model
 from ..record import RECORD_KEY, GhostifyRecord
 from ..settings import BenchDefaults, LatencyDefaults
-from .bench import _check_memory, _check_positions, _guarded, _runner, module_runner, take_turns
+from .bench import check_memory, check_positions, guarded, module_runner, runner_for, take_turns
 from .export import export
 
 #: the environment variable naming ghostify's cache directory (else ``$XDG_CACHE_HOME/ghostify``, else
@@ -90,8 +90,8 @@ def latency(
     out = check_output_dir(output, overwrite=overwrite, inputs=(model,)) if output is not None else None
     config = load_config(model)
     geometry = original_geometry(config)
-    _check_positions(model, config, seq_len)
-    _check_memory(model, config, batch_size, seq_len)
+    check_positions(model, config, seq_len)
+    check_memory(model, config, batch_size, seq_len)
     machine = machine_key(runtime)
     path = cache_file(geometry, deployment, machine)
     result = None if refresh else cached(geometry, deployment, machine)
@@ -241,8 +241,8 @@ def _prepared(config: Any, shape: Shape, deployment: Deployment, seed: int, scra
         save_checkpoint(net, checkpoint, record)
         export(checkpoint, onnx, format="onnx", quantize="int8" if deployment.runtime == "onnx-int8" else None)
         graph = onnx / (INT8_NAME if deployment.runtime == "onnx-int8" else ONNX_NAME)
-        _, run = _guarded(shape.name, batch, length, lambda: _runner(graph, batch, length, deployment.threads))
-    return lambda: _guarded(shape.name, batch, length, run)
+        _, run = guarded(shape.name, batch, length, lambda: runner_for(graph, batch, length, deployment.threads))
+    return lambda: guarded(shape.name, batch, length, run)
 
 
 # ---- the fit -------------------------------------------------------------------------------------
