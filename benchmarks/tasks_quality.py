@@ -27,6 +27,8 @@ runner also skips finished stages, so an interrupted run resumes where it stoppe
 
     python benchmarks/tasks_quality.py --work /tmp/tasks-quality                    # ~4 h on an idle 2-core CPU
     python benchmarks/tasks_quality.py --work /tmp/tasks-quality --datasets conll2003 --widths 6/12
+    python benchmarks/tasks_quality.py --work /tmp/tasks-quality --levers fp32-head,label-all-subwords   # + levers at 6/12
+    python benchmarks/tasks_quality.py --work /tmp/tasks-quality --report-only   # the report from the rows so far
     python benchmarks/tasks_quality.py --work /tmp/tq-quick --quick --output /tmp/tq-quick.md   # smoke test (~8 min idle, 17 at load 8)
 
 ``--minilm`` and ``--data`` default to the local copies in ``../shared`` beside the repository.
@@ -186,6 +188,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--output", type=Path, default=RESULTS, help=f"the markdown report (default {RESULTS.relative_to(REPO)})")
     p.add_argument("--levers", default="", help=f"comma-separated, of {', '.join(LEVERS)}: also run the {GOAL_WIDTH} "
                    "chain with each (on the datasets it applies to) and report what it bought")
+    p.add_argument("--report-only", action="store_true", help="write the report from the rows in --work, run nothing")
     p.add_argument("--quick", action="store_true", help=f"smoke test: {QUICK_ROWS['train']} training and "
                    f"{QUICK_ROWS['validation']} validation rows per dataset, 64 tokens, one epoch, 6/12 only")
     args = p.parse_args(argv)
@@ -546,7 +549,7 @@ def main(argv=None) -> None:
     info = common.machine_info()
     rows = read_rows(args.work)
     started = time.perf_counter()
-    for name in args.datasets:
+    for name in args.datasets if not args.report_only else []:
         run_dataset(args, name, rows)
     common.finish_info(info)
     given = argv if argv is not None else sys.argv[1:]
@@ -557,9 +560,12 @@ def main(argv=None) -> None:
             f"predictions). One seed (0). Goals: at {GOAL_WIDTH} >= 97% of the teacher's F1 (CoNLL-2003, SQuAD), "
             f">= 99% of its accuracy (classification); int8 within {INT8_POINTS:g} point of fp32. The recipes: "
             f"`{args.work}/<dataset>/teacher.yaml` and `w<width>.yaml` (`ghostify run` reproduces each).")
+    invocation = ("This report was written from the rows in `--work` (`--report-only`); the runs were the same "
+                  "command without it, one dataset per process at one thread (`OMP_NUM_THREADS=1`)." if args.report_only
+                  else f"This invocation: {(time.perf_counter() - started) / 60:.1f} min (finished stages and rows in "
+                  "`--work` are reused).")
     report = (f"# Teacher -> compressed on real tasks (MiniLM)\n\nCommand: `{command}`\n\n"
-              f"Machine: {common.machine_line(info)}\n\nThis invocation: {(time.perf_counter() - started) / 60:.1f} min "
-              f"(finished stages and rows in `--work` are reused).\n\n{note}\n\n"
+              f"Machine: {common.machine_line(info)}\n\n{invocation}\n\n{note}\n\n"
               f"## Results\n\n{result_table(rows, args.datasets, args.widths)}\n\n"
               f"## Levers (at {GOAL_WIDTH})\n\n{lever_table(rows, args.datasets)}\n\n"
               f"## Budget\n\n{budget_table(args.datasets, args.quick)}\n\n"
