@@ -64,6 +64,7 @@ class CardFacts:
     onnx_files: tuple[str, ...] = ()
     onnx_inputs: tuple[str, ...] = ()
     onnx_outputs: tuple[str, ...] = ()
+    onnx_fp32_modules: tuple[str, ...] = ()  # export --keep-fp32: modules the int8 graph keeps fp32
     pushed: bool = False  # ``name`` is the hub repository it is pushed to
 
 
@@ -301,7 +302,8 @@ def _usage(facts: CardFacts) -> str:
 def _onnx_usage(facts: CardFacts) -> str:
     name = facts.name
     feeds = ", ".join(f'"{i}": batch["{i}"]' for i in facts.onnx_inputs)
-    files = "\n".join(f"- `{f}`" + (" (int8 weights, ONNX Runtime dynamic quantisation)" if "int8" in f else " (fp32)")
+    kept = f"; fp32: {', '.join(f'`{m}`' for m in facts.onnx_fp32_modules)}" if facts.onnx_fp32_modules else ""
+    files = "\n".join(f"- `{f}`" + (f" (int8 weights, ONNX Runtime dynamic quantisation{kept})" if "int8" in f else " (fp32)")
                       for f in facts.onnx_files)
     outputs = ", ".join(f"`{o}`" for o in facts.onnx_outputs)
     graph = facts.onnx_files[0] if facts.onnx_files else "model.onnx"

@@ -37,6 +37,8 @@ def test_the_named_head_stays_fp32_and_the_rest_is_quantised(tmp_path, qa_model)
     assert fp32_plain == {}  # every weight MatMul is int8 without the flag
     assert list(fp32_kept.values()) == [(HIDDEN, 2)]  # only the QA head's (hidden -> start/end) weight is fp32
     assert ops_kept.count("MatMulInteger") == ops_plain.count("MatMulInteger") - 1
+    card = (tmp_path / "kept" / "README.md").read_text()
+    assert "dynamic quantisation; fp32: `qa_outputs`" in card and "fp32: `" not in (tmp_path / "plain" / "README.md").read_text()
     # the fp32 graph is the same either way
     assert (tmp_path / "plain" / "model.onnx").read_bytes() == (tmp_path / "kept" / "model.onnx").read_bytes()
 

@@ -113,6 +113,7 @@ def export(
             copy_tokenizer(model, tmp)
             facts.onnx_files, facts.onnx_inputs, facts.onnx_outputs = (tuple(written_onnx.files), tuple(written_onnx.inputs),
                                                                        tuple(written_onnx.outputs))
+            facts.onnx_fp32_modules = keep_fp32 if quantize == "int8" else ()
             check_card(write_card(tmp, facts))
             result.update(inputs=written_onnx.inputs, outputs=written_onnx.outputs, files=written_onnx.files,
                           max_difference=written_onnx.max_difference, int8_difference=written_onnx.int8_difference)
