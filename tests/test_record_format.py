@@ -177,3 +177,31 @@ def test_registering_a_method_twice_is_refused():
 
     with pytest.raises(GhostifyError, match="registered already"):
         register(by_name("ghost"))
+
+
+def test_a_method_registered_after_the_recipe_module_is_a_stage(plugin, tmp_path):
+    """``ghostify.methods.register`` at run time (no entry point): the recipe schema reads the registry when a
+    recipe is validated, not when ``ghostify.recipe`` was imported."""
+    root = next(Path(p) for p in plugin["PYTHONPATH"].split(os.pathsep) if p and (Path(p) / "ghostify_scale_plugin").is_dir())
+    bare = tmp_path / "no-entry-point"
+    shutil.copytree(root / "ghostify_scale_plugin", bare / "ghostify_scale_plugin")  # the package, no dist-info
+    tiny_checkpoint(tmp_path / "m")
+    (tmp_path / "r.yaml").write_text(f"model: {tmp_path / 'm'}\nstages:\n  - scale-embeddings: {{factor: 2}}\n")
+    script = textwrap.dedent(f"""
+        from ghostify import recipe as recipes
+        from ghostify.recipe import RecipeError
+        try:
+            recipes.load({str(tmp_path / 'r.yaml')!r})
+        except RecipeError as exc:
+            print("before:", exc)
+        from ghostify.methods import register
+        from ghostify_scale_plugin import METHOD
+        register(METHOD)
+        loaded = recipes.load({str(tmp_path / 'r.yaml')!r})
+        print("after:", [s.command.name for s in loaded.stages], "factor" in recipes.schema.stage_keys("scale-embeddings"))
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(bare), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "before:" in done.stdout and "unknown stage 'scale-embeddings'" in done.stdout
+    assert "after: ['scale-embeddings'] True" in done.stdout

@@ -54,17 +54,20 @@ class Command:
     trains: bool = False  # runs the training loop (so it can resume)
 
 
-COMMANDS: dict[str, Command] = {
-    "importance": Command("importance", steps.importance, "model", "model"),
-    # every registered method that a command of its own applies (prune, attach-ghost, drop-layers, ...)
-    **{name: Command(name, step, "model", "model") for name, step in steps.method_steps().items()},
-    "augment": Command("augment", steps.augment, None, "dataset"),
-    "distill": Command("distill", steps.distill, "student", "model", trains=True),
-    "finetune": Command("finetune", steps.finetune, "model", "model", trains=True),
-    "eval": Command("eval", steps.evaluate, "model", "metrics"),
-    "export": Command("export", steps.export, "model", "export"),
-    "latency": Command("latency", steps.latency, "model", "export"),  # latency.json: what `prune --speedup` reads
-}
+def commands() -> dict[str, Command]:
+    """Every stage a recipe may name, in order: the commands, and one per registered method that a command of
+    its own applies (prune, attach-ghost, drop-layers, ...; a plug-in registered after this module was
+    imported too, hence read from the registry at each call)."""
+    return {
+        "importance": Command("importance", steps.importance, "model", "model"),
+        **{name: Command(name, step, "model", "model") for name, step in steps.method_steps().items()},
+        "augment": Command("augment", steps.augment, None, "dataset"),
+        "distill": Command("distill", steps.distill, "student", "model", trains=True),
+        "finetune": Command("finetune", steps.finetune, "model", "model", trains=True),
+        "eval": Command("eval", steps.evaluate, "model", "metrics"),
+        "export": Command("export", steps.export, "model", "export"),
+        "latency": Command("latency", steps.latency, "model", "export"),  # latency.json: what `prune --speedup` reads
+    }
 
 
 class RecipeError(GhostifyError):
@@ -132,17 +135,35 @@ def _stage_model(command: Command) -> type[BaseModel]:
     return create_model(f"{command.name.title().replace('-', '')}Stage", __config__=ConfigDict(extra="forbid"), **fields)
 
 
-STAGE_MODELS = {name: _stage_model(command) for name, command in COMMANDS.items()}
+_STAGE_MODELS: dict[tuple[str, Callable[..., Any]], type[BaseModel]] = {}
+
+
+def stage_model(command: str) -> type[BaseModel]:
+    """The pydantic model of a stage's settings (built once per command and function)."""
+    found = commands()[command]
+    key = (command, found.function)
+    if key not in _STAGE_MODELS:
+        _STAGE_MODELS[key] = _stage_model(found)
+    return _STAGE_MODELS[key]
 
 
 def stage_keys(command: str) -> list[str]:
-    return list(STAGE_MODELS[command].model_fields)
+    return list(stage_model(command).model_fields)
 
 
 def accepts(command: str, key: str) -> bool:
     """Whether the command's function takes ``key`` (every stage may say ``seed``; only commands
     with randomness use it)."""
-    return key not in INTERNAL and any(p.name == key for p in flat_parameters(COMMANDS[command].function))
+    return key not in INTERNAL and any(p.name == key for p in flat_parameters(commands()[command].function))
+
+
+def __getattr__(name: str) -> Any:
+    """``COMMANDS`` and ``STAGE_MODELS`` as they are now (the registry may have grown since import)."""
+    if name == "COMMANDS":
+        return commands()
+    if name == "STAGE_MODELS":
+        return {command: stage_model(command) for command in commands()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -284,17 +305,18 @@ def validate(source: RecipeSource, raw: dict[str, Any]) -> Recipe:
             problems.append(f"{source.where(location)}: a stage is one command with its settings, e.g. `- prune: {{width: 0.5}}`")
             continue
         (command_name, body), = entry.items()
-        if command_name not in COMMANDS:
+        known = commands()
+        if command_name not in known:
             problems.append(
-                f"{source.where(location)}: unknown stage {command_name!r}{_suggest(str(command_name), list(COMMANDS))}; "
-                f"stages are {', '.join(COMMANDS)}"
+                f"{source.where(location)}: unknown stage {command_name!r}{_suggest(str(command_name), list(known))}; "
+                f"stages are {', '.join(known)}"
             )
             continue
         body = body or {}
         if not isinstance(body, dict):
             problems.append(f"{source.where((*location, command_name))}: the settings of {command_name} must be a mapping")
             continue
-        model = STAGE_MODELS[command_name]
+        model = stage_model(command_name)
         try:
             values = model.model_validate(body).model_dump(warnings=False)  # a tuple setting may default to its text ("o,ffn2")
         except ValidationError as exc:
@@ -316,7 +338,7 @@ def validate(source: RecipeSource, raw: dict[str, Any]) -> Recipe:
                 "give one of them another `output:`"
             )
         names[name] = i
-        stages.append(Stage(i, COMMANDS[command_name], name, settings, (*location, command_name)))
+        stages.append(Stage(i, known[command_name], name, settings, (*location, command_name)))
     problems += _check_order(source, header or _partial_header(raw), stages)
     if problems:
         raise RecipeError(problems)
