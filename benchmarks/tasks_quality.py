@@ -424,7 +424,8 @@ def run_dataset(args, name: str, rows: list[dict[str, Any]]) -> None:
             chain = stage_rows(run_recipe(export_recipe(args, name, spec, budget, dataset, plain_final, lever),
                                           work / f"{slug}.yaml", run_dir))
             final, first = plain_final, 1
-            params = next(r for r in rows if r["dataset"] == name and r["width"] == GOAL_WIDTH)["params"]
+            params = next((r["params"] for r in rows if r["dataset"] == name and r["width"] == GOAL_WIDTH
+                           and variant(r) == "plain"), None)
         else:
             chain = stage_rows(run_recipe(chain_recipe(args, name, spec, budget, dataset, width, teacher_run, lever),
                                           work / f"{slug}.yaml", run_dir))
