@@ -141,18 +141,13 @@ class Lever:
     distill_epochs_factor: int = 1  # the budget's distillation epochs times this
     finetune: dict[str, Any] = field(default_factory=dict)
     export: dict[str, Any] = field(default_factory=dict)
-    keep_head_fp32: bool = False  # export --keep-fp32 also names the task head (HEAD_MODULES)
 
     @property
     def export_only(self) -> bool:
         return not (self.data or self.prune or self.distill or self.finetune or self.distill_epochs_factor != 1)
 
-    def export_settings(self, kind: str) -> dict[str, Any]:
-        keep = [*self.export.get("keep_fp32", []), *([HEAD_MODULES[kind]] if self.keep_head_fp32 else [])]
-        return {**self.export, **({"keep_fp32": keep} if keep else {})}
 
-
-#: the levers issue 27 names that the toolkit has; module names are all-MiniLM-L6-v2's (BERT)
+#: the levers issue 27 names that the toolkit has (--keep-fp32 by its family-independent module groups)
 LEVERS = {
     "label-all-subwords": Lever("every sub-word of a word labelled (B- continues as I-) in distill and finetune",
                                 ("tokens",), data={"label_all_subwords": True}),
@@ -162,14 +157,11 @@ LEVERS = {
                                distill_epochs_factor=2),
     "global": Lever("prune --allocation global (one ranking over all layers) instead of uniform width",
                     ("tokens", "qa", "classification"), prune={"allocation": "global"}),
-    "fp32-head": Lever("export --keep-fp32 of the task head (int8 elsewhere)", ("tokens", "qa", "classification"),
-                       keep_head_fp32=True),
-    "fp32-ffn-out": Lever("export --keep-fp32 of every FFN output projection and the head",
-                          ("tokens", "qa", "classification"),
-                          export={"keep_fp32": ["bert.encoder.layer.?.output.dense"]}, keep_head_fp32=True),
+    "fp32-head": Lever("export --keep-fp32 task-head (int8 elsewhere)", ("tokens", "qa", "classification"),
+                       export={"keep_fp32": ["task-head"]}),
+    "fp32-ffn-out": Lever("export --keep-fp32 task-head,ffn-down (every FFN output projection and the head)",
+                          ("tokens", "qa", "classification"), export={"keep_fp32": ["task-head", "ffn-down"]}),
 }
-#: the task head's module in all-MiniLM-L6-v2's task models, by dataset kind
-HEAD_MODULES = {"qa": "qa_outputs", "tokens": "classifier", "classification": "classifier"}
 
 #: --quick: a few dozen examples of each split, 64 tokens, one epoch
 QUICK_ROWS = {"train": 48, "validation": 32}
@@ -293,16 +285,16 @@ def chain_recipe(args, name: str, spec: Dataset, budget: Budget, dataset: Path, 
                       **training(budget.finetune_epochs, budget.finetune_samples, budget.finetune_lr, budget),
                       **lever.finetune}},
         {"eval": {"output": "eval-pytorch"}},
-        *export_stages(lever, spec.kind),
+        *export_stages(lever),
     ]
     raw = header(args, name, spec, budget, dataset, str(teacher_run / "03-scored"), teacher)
     raw["data"].update(lever.data)
     return {**raw, "stages": stages}
 
 
-def export_stages(lever: Lever, kind: str) -> list[dict[str, Any]]:
+def export_stages(lever: Lever) -> list[dict[str, Any]]:
     return [
-        {"export": {"output": "onnx", "format": "onnx", "quantize": "int8", **lever.export_settings(kind)}},
+        {"export": {"output": "onnx", "format": "onnx", "quantize": "int8", **lever.export}},
         {"eval": {"output": "eval-onnx", "model": "${onnx}/model.onnx"}},
         {"eval": {"output": "eval-int8", "model": "${onnx}/model_int8.onnx"}},
     ]
@@ -311,7 +303,7 @@ def export_stages(lever: Lever, kind: str) -> list[dict[str, Any]]:
 def export_recipe(args, name: str, spec: Dataset, budget: Budget, dataset: Path, final: Path, lever: Lever) -> dict:
     """An export-only lever: the plain chain's final model evaluated, exported with the lever's settings,
     evaluated in both graphs (stage names as the chain's, so the rows read the same)."""
-    stages = [{"eval": {"output": "eval-pytorch"}}, *export_stages(lever, spec.kind)]
+    stages = [{"eval": {"output": "eval-pytorch"}}, *export_stages(lever)]
     return {**header(args, name, spec, budget, dataset, str(final), None), "stages": stages}
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 
 from ghostify import steps
+from ghostify.architectures import SUPPORTED_MODEL_TYPES
 from ghostify.errors import GhostifyError
+from ghostify.export.onnx import module_group, resolve_keep_fp32
 from ghostify.testing import FFN, HIDDEN, LAYERS, tiny_checkpoint
 from tests.conftest import run_cli
 
@@ -88,3 +90,37 @@ def test_the_cli_flag_and_the_recipe_key(tmp_path, qa_model, capsys):
     recipes.run(recipes.load(path), tmp_path / "run")
     _, fp32 = _ops(next((tmp_path / "run").glob("01-*")) / "model_int8.onnx")
     assert list(fp32.values()) == [(HIDDEN, 2)]
+
+
+def test_the_family_independent_groups_name_the_same_modules(tmp_path, qa_model):
+    """``task-head`` and ``ffn-down`` resolve through the adapter: the same graph as the BERT module names."""
+    by_group = steps.export(qa_model, tmp_path / "group", format="onnx", quantize="int8", keep_fp32=("task-head", "ffn-down"))
+    by_name = steps.export(qa_model, tmp_path / "name", format="onnx", quantize="int8",
+                           keep_fp32=("qa_outputs", "*.output.dense"))
+    _, fp32 = _ops(tmp_path / "group" / "model_int8.onnx")
+    # each layer's d_ff -> hidden projection and the head; not the attention output (also named *.output.dense)
+    assert sorted(fp32.values()) == sorted([(FFN, HIDDEN)] * LAYERS + [(HIDDEN, 2)]), fp32
+    assert set(by_group["kept_fp32"]) < set(by_name["kept_fp32"])
+    assert "fp32: `task-head`, `ffn-down`" in (tmp_path / "group" / "README.md").read_text()
+
+
+@pytest.mark.parametrize("model_type", SUPPORTED_MODEL_TYPES)
+def test_every_family_resolves_every_group(model_type):
+    """Each group names modules of the right shape in every family: d_ff on the FFN side, none inside the encoder
+    for the task head."""
+    from ghostify.architectures import get_adapter
+    from ghostify.testing import tiny_model
+
+    model = tiny_model(model_type, "sequence-classification")
+    adapter = get_adapter(model.config)
+    ffn, layers = adapter.ffn_size(model.config), len(adapter.layers(model))
+    for group in ("attention-output", "ffn-up", "ffn-down"):
+        names = module_group(model, group)
+        assert len(names) >= layers and all(model.get_submodule(n).weight.ndim == 2 for n in names), (group, names)
+        dims = [model.get_submodule(n).weight.shape for n in names]
+        if group != "attention-output":
+            assert all(ffn in d or 2 * ffn in d for d in dims), (group, dims)
+    heads = module_group(model, "task-head")
+    assert heads != [] and module_group(tiny_model(model_type), "task-head") == []  # a base model has no head
+    assert all(not n.startswith(model.base_model_prefix + ".") for n in heads)
+    assert resolve_keep_fp32(model, ("ffn-down", "ffn-down")) == tuple(module_group(model, "ffn-down"))

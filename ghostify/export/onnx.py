@@ -114,7 +114,7 @@ class OnnxExport:
 def write_onnx(model: nn.Module, directory: Path, *, pooling: Pooling | None, quantize: str | None,
                keep_fp32: tuple[str, ...] = ()) -> OnnxExport:
     """Export ``model`` to ``directory/model.onnx`` (and ``model_int8.onnx``), checked; the modules
-    that ``keep_fp32`` names (see :func:`check_keep_fp32`) stay fp32 in the int8 graph."""
+    that ``keep_fp32`` names (see :func:`resolve_keep_fp32`) stay fp32 in the int8 graph."""
     require_onnx()
     inputs = input_names(model)
     graph = _Graph(model.eval(), inputs, pooling).eval()
@@ -187,19 +187,51 @@ def session_for(path: Path, *, threads: int | None = None, spinning: bool = True
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def check_keep_fp32(model: nn.Module, patterns: tuple[str, ...]) -> None:
-    """Every ``--keep-fp32`` pattern must name a module of ``model``: a module name as
-    ``model.named_modules()`` gives it (``qa_outputs``, ``bert.encoder.layer.5``) or an fnmatch
-    pattern of names (``*.output.dense``); a module keeps everything inside it fp32."""
+#: ``--keep-fp32`` names for the parts every family has, resolved through its adapter, so one spelling works
+#: for BERT, DeBERTa or ModernBERT alike (a hyphen cannot occur in a module name, so none shadows one)
+MODULE_GROUPS = {
+    "task-head": "the task head: every module of the model outside its encoder (classifier, qa_outputs, ...)",
+    "attention-output": "every layer's attention output projection",
+    "ffn-up": "every layer's first FFN projection (hidden to d_ff; a gated FFN's gate too)",
+    "ffn-down": "every layer's second FFN projection (d_ff to hidden)",
+}
+
+
+def module_group(model: nn.Module, group: str) -> list[str]:
+    """The module names of one of :data:`MODULE_GROUPS` in ``model``."""
+    if group == "task-head":
+        base = model.base_model  # a model without a head is its own base model
+        return [name for name, child in model.named_children() if child is not base] if base is not model else []
+    from ..architectures import get_adapter
+
+    adapter = get_adapter(model.config)
+    names = {id(module): name for name, module in model.named_modules()}
+    found = []
+    for layer in adapter.layers(model):
+        paths = adapter.paths_for_layer(layer)
+        parts = {"attention-output": (paths.attention_output,), "ffn-up": paths.ffn_inputs,
+                 "ffn-down": (paths.ffn_down,)}[group]
+        found += [names[id(adapter.submodule(layer, part))] for part in parts]
+    return found
+
+
+def resolve_keep_fp32(model: nn.Module, patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``--keep-fp32`` patterns with each :data:`MODULE_GROUPS` name replaced by its module names,
+    after checking that every pattern names a module of ``model``: a module name as
+    ``model.named_modules()`` gives it (``qa_outputs``, ``bert.encoder.layer.5``), an fnmatch
+    pattern of names (``*.output.dense``) or a group (``task-head``); a module keeps everything
+    inside it fp32."""
     names = [name for name, _ in model.named_modules() if name]
+    resolved: list[str] = []
     for pattern in patterns:
-        if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
-            # the modules with a weight matrix, what int8 quantises: the last (the head) and a layer's first two
-            matrices = [name for name, module in model.named_modules()
-                        if name and getattr(getattr(module, "weight", None), "ndim", 0) == 2]
-            examples = ", ".join(dict.fromkeys([*matrices[-1:], *[n for n in matrices if "layer" in n][:2]]))
+        members = module_group(model, pattern) if pattern in MODULE_GROUPS else [pattern]
+        if not any(fnmatch.fnmatchcase(name, member) for name in names for member in members):
+            examples = ", ".join([*module_group(model, "task-head")[:1], *module_group(model, "ffn-down")[:1]])
             raise GhostifyError(f"--keep-fp32 {pattern!r} names no module of this {type(model).__name__}; give module "
-                                f"names or fnmatch patterns of them, comma-separated, e.g. {examples} or '*.output.dense'")
+                                f"names or fnmatch patterns of them, comma-separated, e.g. {examples} or '*.output.dense', "
+                                f"or one of {', '.join(MODULE_GROUPS)}")
+        resolved += members
+    return tuple(dict.fromkeys(resolved))
 
 
 def nodes_of_modules(path: Path, patterns: tuple[str, ...]) -> list[str]:

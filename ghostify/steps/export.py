@@ -19,7 +19,7 @@ from ..card import CardFacts, check_card, model_size, read_training, write_card
 from ..checkpoint import load_config, load_model, model_record, read_record
 from ..errors import GhostifyError
 from ..export.hf import drop_auto_map, write_hf
-from ..export.onnx import check_keep_fp32, example_batch, input_names, require_onnx, write_onnx
+from ..export.onnx import example_batch, input_names, require_onnx, resolve_keep_fp32, write_onnx
 from ..export.runtime import onnx_path
 from ..files import atomic_directory, check_output_dir, copy_tokenizer
 from ..hub import hub_target, push_folder
@@ -50,8 +50,9 @@ def export(
     computes: ``format="hf"`` loads with ``AutoModel...from_pretrained(output, trust_remote_code=True)``
     (checked in a fresh process where ghostify cannot be imported); ``format="onnx"`` runs in ONNX
     Runtime (checked on batches of other shapes), with ``quantize="int8"`` also a dynamically
-    quantised copy, in which the modules ``keep_fp32`` names (module names or fnmatch patterns of
-    them, e.g. ``("qa_outputs",)``) stay fp32. Either writes a ``README.md`` model card. ``push_to_hub="org/name"`` then uploads
+    quantised copy, in which the modules ``keep_fp32`` names (module names, fnmatch patterns of
+    them, e.g. ``("qa_outputs",)``, or the family-independent groups ``task-head``,
+    ``attention-output``, ``ffn-up``, ``ffn-down``) stay fp32. Either writes a ``README.md`` model card. ``push_to_hub="org/name"`` then uploads
     the finished directory as one commit (``private``: a new repository is private; ``revision``: a
     branch; ``token``: default HF_TOKEN or the saved login), checked before the export starts.
     Returns what was written, the largest differences measured and where it was pushed.
@@ -90,7 +91,7 @@ def export(
     hub = hub_target(push_to_hub, private=private, revision=revision, token=token) if push_to_hub else None
     pooling = Pooling.read(origin) if origin is not None and format == "onnx" else None
     net = load_model(model)
-    check_keep_fp32(net, keep_fp32)
+    kept_modules = resolve_keep_fp32(net, keep_fp32)
     result: dict[str, Any] = {"model": str(model), "output": str(out), "format": format, "class": type(net).__name__}
     facts = CardFacts(name=push_to_hub or out.name, config=net.config, record=model_record(net), size=model_size(net),
                       training=read_training(Path(model)), output=format, pushed=push_to_hub is not None)
@@ -106,7 +107,7 @@ def export(
                 raise GhostifyError(f"the exported model differs from ghostify's by {result['max_difference']:.2e} "
                                     f"(more than {HF_TOLERANCE:g}); please report this model")
         else:
-            written_onnx = write_onnx(net, tmp, pooling=pooling, quantize=quantize, keep_fp32=keep_fp32)
+            written_onnx = write_onnx(net, tmp, pooling=pooling, quantize=quantize, keep_fp32=kept_modules)
             config = copy.deepcopy(net.config)
             drop_auto_map(config)
             config.save_pretrained(tmp)  # labels and sizes, for `ghostify eval` and users
