@@ -250,6 +250,17 @@ class ExportDefaults:
     format: str = "hf"
 
 
+#: ``export --keep-fp32`` names for the parts every family has, resolved through its adapter, so one
+#: spelling works for BERT, DeBERTa or ModernBERT alike (a hyphen cannot occur in a module name, so
+#: none shadows one)
+MODULE_GROUPS = {
+    "task-head": "the task head, every module outside the encoder: classifier, qa_outputs, ...",
+    "attention-output": "every layer's attention output projection",
+    "ffn-up": "every layer's first FFN projection, hidden to d_ff, and a gated FFN's gate",
+    "ffn-down": "every layer's second FFN projection, d_ff to hidden",
+}
+
+
 @dataclass(frozen=True)
 class BenchDefaults:
     """``ghostify bench``: one sequence of 128 tokens on one thread, 3 untimed and 20 timed passes."""

@@ -52,6 +52,11 @@ class LayerPaths:
         """The projections whose outputs are FFN neurons (gated: the up and the gate projection)."""
         return (self.ffn_up, self.ffn_gate) if self.ffn_gate else (self.ffn_up,)
 
+    def group(self, name: str) -> tuple[str, ...]:
+        """The paths of one per-layer ``export --keep-fp32`` group (``settings.MODULE_GROUPS``)."""
+        return {"attention-output": (self.attention_output,), "ffn-up": self.ffn_inputs,
+                "ffn-down": (self.ffn_down,)}[name]
+
     @property
     def fused(self) -> bool:
         """Whether a projection holds more than one kind of unit (fused Q/K/V, fused input/gate)."""

@@ -24,6 +24,7 @@ from torch import nn
 
 from ..errors import GhostifyError, Terminated
 from ..pooling import Pooling
+from ..settings import MODULE_GROUPS
 
 ONNX_NAME = "model.onnx"
 INT8_NAME = "model_int8.onnx"
@@ -187,16 +188,6 @@ def session_for(path: Path, *, threads: int | None = None, spinning: bool = True
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-#: ``--keep-fp32`` names for the parts every family has, resolved through its adapter, so one spelling works
-#: for BERT, DeBERTa or ModernBERT alike (a hyphen cannot occur in a module name, so none shadows one)
-MODULE_GROUPS = {
-    "task-head": "the task head: every module of the model outside its encoder (classifier, qa_outputs, ...)",
-    "attention-output": "every layer's attention output projection",
-    "ffn-up": "every layer's first FFN projection (hidden to d_ff; a gated FFN's gate too)",
-    "ffn-down": "every layer's second FFN projection (d_ff to hidden)",
-}
-
-
 def module_group(model: nn.Module, group: str) -> list[str]:
     """The module names of one of :data:`MODULE_GROUPS` in ``model``."""
     if group == "task-head":
@@ -208,10 +199,7 @@ def module_group(model: nn.Module, group: str) -> list[str]:
     names = {id(module): name for name, module in model.named_modules()}
     found = []
     for layer in adapter.layers(model):
-        paths = adapter.paths_for_layer(layer)
-        parts = {"attention-output": (paths.attention_output,), "ffn-up": paths.ffn_inputs,
-                 "ffn-down": (paths.ffn_down,)}[group]
-        found += [names[id(adapter.submodule(layer, part))] for part in parts]
+        found += [names[id(adapter.submodule(layer, part))] for part in adapter.paths_for_layer(layer).group(group)]
     return found
 
 

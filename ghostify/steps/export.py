@@ -51,8 +51,8 @@ def export(
     (checked in a fresh process where ghostify cannot be imported); ``format="onnx"`` runs in ONNX
     Runtime (checked on batches of other shapes), with ``quantize="int8"`` also a dynamically
     quantised copy, in which the modules ``keep_fp32`` names (module names, fnmatch patterns of
-    them, e.g. ``("qa_outputs",)``, or the family-independent groups ``task-head``,
-    ``attention-output``, ``ffn-up``, ``ffn-down``) stay fp32. Either writes a ``README.md`` model card. ``push_to_hub="org/name"`` then uploads
+    them, e.g. ``("qa_outputs",)``, or the family-independent groups of
+    ``settings.MODULE_GROUPS``, e.g. ``task-head``) stay fp32. Either writes a ``README.md`` model card. ``push_to_hub="org/name"`` then uploads
     the finished directory as one commit (``private``: a new repository is private; ``revision``: a
     branch; ``token``: default HF_TOKEN or the saved login), checked before the export starts.
     Returns what was written, the largest differences measured and where it was pushed.

@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ...settings import ExportDefaults
+from ...settings import MODULE_GROUPS, ExportDefaults
 from ..app import app
 from ..console import err, print_json
 from ..options import Json, Model, Output, Overwrite, split_columns
@@ -22,7 +22,7 @@ def export(
     output: Output,
     format: Annotated[str, typer.Option("--format", help="hf: a transformers directory that loads without ghostify (trust_remote_code=True); onnx: an ONNX graph for ONNX Runtime.")] = ExportDefaults.format,
     quantize: Annotated[Optional[str], typer.Option("--quantize", help="int8: also write model_int8.onnx, ONNX Runtime dynamic quantisation (with --format onnx).", show_default=False)] = None,
-    keep_fp32: Annotated[Optional[str], typer.Option("--keep-fp32", help="With --quantize int8: modules that stay fp32 in model_int8.onnx, comma-separated module names or fnmatch patterns of them (e.g. qa_outputs, '*.output.dense', bert.encoder.layer.5) or, in any family, task-head, attention-output, ffn-up, ffn-down; everything inside a module named stays fp32.", show_default=False)] = None,
+    keep_fp32: Annotated[Optional[str], typer.Option("--keep-fp32", help="With --quantize int8: modules that stay fp32 in model_int8.onnx, comma-separated module names or fnmatch patterns of them (e.g. qa_outputs, '*.output.dense', bert.encoder.layer.5) or, in any family, one of the groups " + "; ".join(f"{name} ({what})" for name, what in MODULE_GROUPS.items()) + ". Everything inside a module named stays fp32.", show_default=False)] = None,
     push_to_hub: Annotated[Optional[str], typer.Option("--push-to-hub", help="Then upload the export to this Hugging Face Hub repository (ORG/NAME), as one commit; the repository is created if it does not exist.", show_default=False)] = None,
     private: Annotated[bool, typer.Option("--private", help="With --push-to-hub: create the repository private.")] = False,
     revision: Annotated[Optional[str], typer.Option("--revision", help="With --push-to-hub: the branch to commit to (created from main if new).", show_default=False)] = None,
