@@ -283,12 +283,7 @@ def _load_weights_strictly(model: nn.Module, path: Path, expected_class) -> None
                 stacklevel=3,
             )
     if missing or unexpected:
-        what = []
-        if missing:
-            what.append(f"missing {missing[:3]}{' ...' if len(missing) > 3 else ''}")
-        if unexpected:
-            what.append(f"unexpected {unexpected[:3]}{' ...' if len(unexpected) > 3 else ''}")
-        raise CheckpointError(f"weights in {path} do not match the recorded structure: {'; '.join(what)}")
+        raise CheckpointError(f"weights in {path} do not match the recorded structure: {_mismatch(missing, unexpected)}")
     for key, tensor in state.items():
         if key in own and own[key].shape != tensor.shape:
             raise CheckpointError(
@@ -431,12 +426,7 @@ def _check_loading_info(model: nn.Module, info: dict[str, Any], source, *, same_
         raise CheckpointError(f"{where}: {shapes[0]}{f' (and {len(shapes) - 1} more)' if len(shapes) > 1 else ''}; "
                               "re-create or re-download the checkpoint")
     if bad_missing or unexpected:
-        what = []
-        if bad_missing:
-            what.append(f"missing {bad_missing[:3]}{' ...' if len(bad_missing) > 3 else ''}")
-        if unexpected:
-            what.append(f"unexpected {unexpected[:3]}{' ...' if len(unexpected) > 3 else ''}")
-        raise CheckpointError(f"{where}: {'; '.join(what)}; re-create or re-download the checkpoint")
+        raise CheckpointError(f"{where}: {_mismatch(bad_missing, unexpected)}; re-create or re-download the checkpoint")
     if fresh:
         warnings.warn(
             f"{len(fresh)} task-head weights are not in the checkpoint and were freshly initialised "
@@ -600,3 +590,10 @@ def _unshare(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         out[key] = tensor.clone() if ptr in seen else tensor
         seen.add(ptr)
     return out
+
+
+def _mismatch(missing: list[str], unexpected: list[str]) -> str:
+    """``missing [...]; unexpected [...]``, the first three keys of each, for an error line."""
+    what = [f"{label} {keys[:3]}{' ...' if len(keys) > 3 else ''}"
+            for label, keys in (("missing", missing), ("unexpected", unexpected)) if keys]
+    return "; ".join(what)
