@@ -25,7 +25,9 @@ and the other weights from the arm's start (``kernel_drift``, ``weight_drift``, 
 ``ghost_kernel_drift.py`` does); the tables show them where the rows have them.
 
 Each finished arm is one line of ``results.jsonl`` in ``--results``; an arm already there is
-skipped, so the study can be stopped at any moment and started again. Checkpoints go to
+skipped, so the study can be stopped at any moment and started again. Two processes (one per core)
+may run the same grid: each takes the next (task, seed) that no live process holds (a ``claim``
+file with its pid in that work directory). Checkpoints go to
 ``--work`` (not kept in git); an arm's own checkpoints are deleted once its result is written
 unless ``--keep``.
 """
@@ -505,6 +507,47 @@ def write_reports(results_dir: Path, machine: str, tasks: list[str] | None = Non
     print(text)
 
 
+#: the file in a (task, seed) work directory that names the process running it
+CLAIM = "claim"
+
+
+def claim(unit: Path) -> bool:
+    """Take the (task, seed) whose work directory is ``unit`` for this process: a ``claim`` file
+    holding its pid, linked into place so that it appears whole or not at all. A claim whose
+    process has gone (killed, machine restarted) is taken over; False when a live process holds it."""
+    unit.mkdir(parents=True, exist_ok=True)
+    path, mine = unit / CLAIM, unit / f"{CLAIM}.{os.getpid()}"
+    mine.write_text(str(os.getpid()))
+    try:
+        for _ in range(3):  # a stale claim to clear, or one released while we looked
+            try:
+                os.link(mine, path)
+                return True
+            except FileExistsError:
+                try:
+                    owner = int(path.read_text())
+                except FileNotFoundError:  # released meanwhile: try again
+                    continue
+                if owner == os.getpid():
+                    return True
+                if _alive(owner):
+                    return False
+                path.unlink(missing_ok=True)
+        return False
+    finally:
+        mine.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return pid > 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default="cpu",
@@ -580,19 +623,28 @@ def main(argv: list[str] | None = None) -> int:
     arms = grid_arms(args.grid or protocol["grid"], args.widths.split(","), args.init_width, args.ablation_width,
                      [i for i in args.inits.split(",") if i], args.ghost_lr_multiplier)
     results_file = args.results / "results.jsonl"
-    # task-major, then seed: every (task, seed) finishes its teacher and arms before the next starts
+    # task-major, then seed: every (task, seed) finishes its teacher and arms before the next starts.
+    # Several processes may run the same grid: each takes the next (task, seed) no live process holds
     for task in args.tasks.split(","):
         for seed in (int(s) for s in args.seeds.split(",")):
             done = {result_key(r) for r in read_results(results_file)}
-            if (task, seed, "teacher@12/12") not in done:
-                append_result(results_file, study.teacher_result(task, seed))
-            for arm in arms:
-                if (task, seed, arm.key) in done or not arm.runs_on(task):
-                    continue
-                print(f"[{time.strftime('%H:%M:%S')}] {task} seed {seed} {arm.key}", flush=True)
-                result = study.run_arm(task, seed, arm)
-                append_result(results_file, result)
-                print(f"    score {result['score']:.2f} in {result['seconds']:.0f} s", flush=True)
+            todo = [arm for arm in arms if (task, seed, arm.key) not in done and arm.runs_on(task)]
+            if (task, seed, "teacher@12/12") in done and not todo:
+                continue
+            unit = args.work / f"{task}-s{seed}"
+            if not claim(unit):
+                print(f"[{time.strftime('%H:%M:%S')}] {task} seed {seed}: another process runs it", flush=True)
+                continue
+            try:
+                if (task, seed, "teacher@12/12") not in done:
+                    append_result(results_file, study.teacher_result(task, seed))
+                for arm in todo:
+                    print(f"[{time.strftime('%H:%M:%S')}] {task} seed {seed} {arm.key}", flush=True)
+                    result = study.run_arm(task, seed, arm)
+                    append_result(results_file, result)
+                    print(f"    score {result['score']:.2f} in {result['seconds']:.0f} s", flush=True)
+            finally:
+                (unit / CLAIM).unlink(missing_ok=True)
             write_reports(args.results, machine)
     write_reports(args.results, machine)
     return 0

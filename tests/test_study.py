@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -69,6 +70,8 @@ def test_a_tiny_study_runs_resumes_and_keeps_one_budget(study, glue, tmp_path, c
     assert (results / "score_vs_flops.png").stat().st_size > 1000
     assert json.loads((results / "budget.json").read_text())["train_samples"] == 16
 
+    assert not list(work.glob("*/claim*"))  # every (task, seed) released
+
     # resumed: every arm is already done, nothing is trained again
     before = (results / "results.jsonl").read_bytes()
     assert study.main(args) == 0
@@ -79,6 +82,35 @@ def test_a_tiny_study_runs_resumes_and_keeps_one_budget(study, glue, tmp_path, c
     assert code == 2
     assert "another budget" in capsys.readouterr().err
     assert (results / "results.jsonl").read_bytes() == before
+
+
+def test_a_claim_keeps_a_second_process_off_its_task_and_seed(study, tmp_path):
+    import subprocess
+
+    unit = tmp_path / "sst2-s0"
+    assert study.claim(unit) and study.claim(unit)  # taken, and ours again
+    assert (unit / "claim").read_text() == str(os.getpid()) and not list(unit.glob("claim.*"))
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (unit / "claim").write_text(str(other.pid))
+        assert not study.claim(unit)  # a live process holds it
+    finally:
+        other.kill()
+        other.wait()
+    assert study.claim(unit)  # its process is gone: taken over
+    assert (unit / "claim").read_text() == str(os.getpid())
+
+
+def test_a_claimed_task_and_seed_is_left_to_its_process(study, glue, tmp_path, capsys):
+    results, work = tmp_path / "results", tmp_path / "work"
+    for seed in (0, 1):  # held by a live process (the one that started pytest)
+        (work / f"mrpc-s{seed}").mkdir(parents=True)
+        (work / f"mrpc-s{seed}" / "claim").write_text(str(os.getppid()))
+    args = ["--model", str(tmp_path / "absent"), "--dataset", str(glue), "--tasks", "mrpc", "--seeds", "0,1",
+            "--results", str(results), "--work", str(work)]
+    assert study.main(args) == 0
+    assert capsys.readouterr().out.count("another process runs it") == 2
+    assert study.read_results(results / "results.jsonl") == []
 
 
 def test_tables_hand_computed(study):
