@@ -129,14 +129,12 @@ def _check_reachable(recipe: Recipe, run_dir: Path, speedup: float, drop_layers:
     """Measure the latency model (the first stage), and refuse a speed-up that even one head and one FFN
     neuron per layer (in one layer, where layers may be dropped) would not reach, before any training."""
     from ..latency_model import LatencyModel
-    from ..methods.pruning.latency_allocation import fastest_ms
 
     run_recipe(_prefix(recipe, "latency"), run_dir, on_stage=lambda planned, status: say(f"{planned.label}: {status}"))
     latency = LatencyModel.load(next(p.directory for p in plan(recipe, run_dir) if p.stage.name == "latency"))
-    g = latency.geometry
-    every = range(g.num_layers)
-    best = latency.dense_ms() / fastest_ms(latency, [g.num_heads for _ in every], [g.ffn_size for _ in every],
-                                           droppable=every if drop_layers else ())
+    # the pruning method's check_reachable in short (a recipe reaches methods only through the registry)
+    layers = 1 if drop_layers else latency.geometry.num_layers
+    best = latency.dense_ms() / latency.predict([1] * layers, [1] * layers)
     if speedup > best:
         raise GhostifyError(f"--speedup {speedup:g} is out of reach on {latency.deployment.describe()}: even one head "
                             f"and one FFN neuron per layer predict {best:.2f}x; ask for {math.floor(best * 10) / 10:g} or "
