@@ -182,10 +182,14 @@ class Study:
     keep: bool = False
 
     # ----- shared per (task, seed) ------------------------------------------------------------
+    def unit(self, task: str, seed: int) -> Path:
+        """The work directory of one (task, seed): its teacher, scores, pruned models and arms."""
+        return self.work / f"{task}-s{seed}"
+
     def teacher(self, task: str, seed: int) -> Path:
         from ghostify import steps
 
-        out = self.work / f"{task}-s{seed}" / "teacher"
+        out = self.unit(task, seed) / "teacher"
         if not out.is_dir():
             b = self.budget
             steps.finetune(self.model, out, task=task, dataset=self.dataset, max_samples=b.samples(task),
@@ -196,7 +200,7 @@ class Study:
     def scored(self, task: str, seed: int) -> Path:
         from ghostify import steps
 
-        out = self.work / f"{task}-s{seed}" / "scored"
+        out = self.unit(task, seed) / "scored"
         if not out.is_dir():
             steps.importance(self.teacher(task, seed), out, task=task, dataset=self.dataset,
                              samples=self.budget.importance_samples, max_length=self.budget.max_length, seed=seed)
@@ -208,7 +212,7 @@ class Study:
 
         if self.budget.augment_mlm is None:
             return self.dataset
-        out = self.work / f"{task}-s{seed}" / "augmented"
+        out = self.unit(task, seed) / "augmented"
         if not out.is_dir():
             steps.augment(self.budget.augment_mlm, out, dataset=self.dataset, task=task,
                           max_samples=self.budget.samples(task), max_length=self.budget.max_length, seed=seed)
@@ -219,7 +223,7 @@ class Study:
 
         if width == "12/12":
             return self.teacher(task, seed)
-        out = self.work / f"{task}-s{seed}" / f"pruned-{width.replace('/', 'of')}"
+        out = self.unit(task, seed) / f"pruned-{width.replace('/', 'of')}"
         if not out.is_dir():
             steps.prune(self.scored(task, seed), out, width=width)
         return out
@@ -227,7 +231,7 @@ class Study:
     # ----- one arm ----------------------------------------------------------------------------
     def arm_dir(self, task: str, seed: int, arm: Arm) -> Path:
         """The arm's checkpoints: ghost/ (when it attaches ghosts), distilled/, final/."""
-        return self.work / f"{task}-s{seed}" / "arms" / arm.key.replace("/", "of")
+        return self.unit(task, seed) / "arms" / arm.key.replace("/", "of")
 
     def run_arm(self, task: str, seed: int, arm: Arm) -> dict[str, Any]:
         from ghostify import steps
@@ -539,13 +543,15 @@ def claim(unit: Path) -> bool:
 
 
 def _alive(pid: int) -> bool:
+    if pid <= 0:  # 0 and negative pids name process groups, never one process
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # someone else's process
         return True
-    return pid > 0
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -623,19 +629,26 @@ def main(argv: list[str] | None = None) -> int:
     arms = grid_arms(args.grid or protocol["grid"], args.widths.split(","), args.init_width, args.ablation_width,
                      [i for i in args.inits.split(",") if i], args.ghost_lr_multiplier)
     results_file = args.results / "results.jsonl"
+
+    def finished(task: str, seed: int) -> bool:
+        done = {result_key(r) for r in read_results(results_file)}
+        return (task, seed, "teacher@12/12") in done and all(
+            (task, seed, arm.key) in done for arm in arms if arm.runs_on(task))
+
     # task-major, then seed: every (task, seed) finishes its teacher and arms before the next starts.
     # Several processes may run the same grid: each takes the next (task, seed) no live process holds
     for task in args.tasks.split(","):
         for seed in (int(s) for s in args.seeds.split(",")):
-            done = {result_key(r) for r in read_results(results_file)}
-            todo = [arm for arm in arms if (task, seed, arm.key) not in done and arm.runs_on(task)]
-            if (task, seed, "teacher@12/12") in done and not todo:
+            if finished(task, seed):
                 continue
-            unit = args.work / f"{task}-s{seed}"
+            unit = study.unit(task, seed)
             if not claim(unit):
                 print(f"[{time.strftime('%H:%M:%S')}] {task} seed {seed}: another process runs it", flush=True)
                 continue
             try:
+                # read again under the claim: a process that held it until a moment ago may have finished it
+                done = {result_key(r) for r in read_results(results_file)}
+                todo = [arm for arm in arms if (task, seed, arm.key) not in done and arm.runs_on(task)]
                 if (task, seed, "teacher@12/12") not in done:
                     append_result(results_file, study.teacher_result(task, seed))
                 for arm in todo:
