@@ -346,7 +346,6 @@ def tables(results: list[dict[str, Any]]) -> str:
     arms = [a for a in ("pruned", "ghost") if any(r["arm"] == a for r in results)]  # variants: variant_table
     lines = ["| task | width | teacher | " + " | ".join(arms) + " | ghost − pruned (95% CI) | seeds done |",
              "|---|---|---|" + "---|" * len(arms) + "---|---|"]
-    averages: dict[tuple[str, str], list[float]] = {}
     for task in tasks:
         seeds = sorted({int(r["seed"]) for r in results if r["task"] == task})
         teacher = [by[(task, s, "teacher@12/12")]["score"] for s in seeds if (task, s, "teacher@12/12") in by]
@@ -355,8 +354,6 @@ def tables(results: list[dict[str, Any]]) -> str:
             for arm in arms:
                 values = [by[(task, s, f"{arm}@{width}")]["score"] for s in seeds if (task, s, f"{arm}@{width}") in by]
                 cells.append(mean_std(values))
-                if values and len(values) == len(seeds):
-                    averages.setdefault((arm, width), []).append(statistics.fmean(values))
             diffs = [by[(task, s, f"ghost@{width}")]["score"] - by[(task, s, f"pruned@{width}")]["score"]
                      for s in seeds if (task, s, f"ghost@{width}") in by and (task, s, f"pruned@{width}") in by]
             if all(c == "–" for c in cells):
@@ -364,15 +361,17 @@ def tables(results: list[dict[str, Any]]) -> str:
             done = max(sum((task, s, f"{arm}@{width}") in by for s in seeds) for arm in arms)
             lines.append(f"| {task} | {width} | {mean_std(teacher)} | " + " | ".join(cells) +
                          f" | {paired_interval(diffs)} | {done} |")
-    lines += ["", "Average over the tasks (only where every task has every seed):", "",
-              "| width | " + " | ".join(arms) + " | ghost − pruned (95% CI, per seed the mean over tasks) |",
-              "|---|" + "---|" * len(arms) + "---|"]
+    lines += ["", "Average over the tasks (per seed the mean over tasks, over the seeds where every task has "
+              "every arm):", "",
+              "| width | " + " | ".join(arms) + " | ghost − pruned (95% CI) | seeds |",
+              "|---|" + "---|" * len(arms) + "---|---|"]
     for width in widths:
-        row = [f"{statistics.fmean(averages[(a, width)]):.1f}" if len(averages.get((a, width), [])) == len(tasks) else "–"
-               for a in arms]
-        diffs = task_means(by, tasks, width, seeds_with(by, tasks, width, ("pruned", "ghost")), "ghost", "pruned")
-        if any(c != "–" for c in row):
-            lines.append(f"| {width} | " + " | ".join(row) + f" | {paired_interval(diffs)} |")
+        seeds = seeds_with(by, tasks, width, tuple(arms))
+        if not seeds:
+            continue
+        row = [mean_std(task_means(by, tasks, width, seeds, a)) for a in arms]
+        diffs = task_means(by, tasks, width, seeds, "ghost", "pruned") if arms == ["pruned", "ghost"] else []
+        lines.append(f"| {width} | " + " | ".join(row) + f" | {paired_interval(diffs)} | {len(seeds)} |")
     lines += variant_table(results, by, tasks)
     lines += drift_table(results)
     return "\n".join(lines) + "\n"

@@ -126,7 +126,7 @@ def test_tables_hand_computed(study):
     assert "| rte | 3/12 | 91.0 ± 1.0 | 81.0 ± 1.0 | 82.0 ± 1.0 | +1.0 [-1.5, +3.5] | 3 |" in text
     # k1 − ghost: -2, -3, -1; k1 − pruned: -1, -1, -1 (no spread)
     assert "| ghost-k1 | 3/12 | rte | 80.0 ± 1.0 | -2.0 [-4.5, +0.5] | -1.0 [-1.0, -1.0] | 3 |" in text
-    assert "| 3/12 | 81.0 | 82.0 | +1.0 [-1.5, +3.5] |" in text  # the average over the (one) task
+    assert "| 3/12 | 81.0 ± 1.0 | 82.0 ± 1.0 | +1.0 [-1.5, +3.5] | 3 |" in text  # the average over the (one) task
     assert "average" not in text.split("Ghost variants")[1]  # one task: no average row
 
 
@@ -146,6 +146,8 @@ def test_variant_average_pairs_the_per_seed_task_means(study):
     # 1, -1, -1 (mean -0.33, sd 1.155, half-width 4.303 * 1.155 / sqrt(3) = 2.87); k1 − pruned: 1, 0, 1
     # (mean 0.67, sd 0.577, half-width 1.43)
     assert "| ghost-k1 | 3/12 | average | 66.7 ± 1.2 | -0.3 [-3.2, +2.5] | +0.7 [-0.8, +2.1] | 3 |" in text
+    # the main average, per seed over both tasks: pruned 65, 66, 67; ghost 65, 67, 69; ghost − pruned 0, 1, 2
+    assert "| 3/12 | 66.0 ± 1.0 | 67.0 ± 2.0 | +1.0 [-1.5, +3.5] | 3 |" in text
 
 
 def test_report_over_some_tasks_leaves_the_full_report_alone(study, tmp_path, capsys):
@@ -159,7 +161,7 @@ def test_report_over_some_tasks_leaves_the_full_report_alone(study, tmp_path, ca
     (results / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert study.main(["--report-only", "--results", str(results), "--report-tasks", "sst2,rte"]) == 0
     subset = (results / "table-sst2-rte.md").read_text()
-    assert "on sst2, rte" in subset and "| 3/12 | 65.5 | 65.5 | +0.0 [+0.0, +0.0] |" in subset  # the average over rte and sst2
+    assert "on sst2, rte" in subset and "| 3/12 | 65.5 ± 0.7 | 65.5 ± 0.7 | +0.0 [+0.0, +0.0] | 2 |" in subset  # the average over rte and sst2
     assert "stsb" not in subset
     assert not (results / "table.md").exists() and not (results / "score_vs_flops.png").exists()
     assert study.main(["--report-only", "--results", str(results), "--report-tasks", "sst2,cola"]) == 2
