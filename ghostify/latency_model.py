@@ -91,6 +91,25 @@ class LatencyModel:
             raise ValueError(f"{len(heads)} head counts for {len(neurons)} layers")
         return self.base_ms + sum(self.layer_ms + self.head_ms * h + self.neuron_ms * n for h, n in zip(heads, neurons))
 
+    def layer_run_ms(self, heads: int, neurons: int) -> float:
+        """What one run of a layer keeping ``heads`` heads and ``neurons`` FFN neurons costs."""
+        return self.layer_ms + self.head_ms * heads + self.neuron_ms * neurons
+
+    def fastest_ms(self, heads: Sequence[int], neurons: Sequence[int], applications: Sequence[int] | None = None,
+                   droppable: Sequence[int] = ()) -> float:
+        """The predicted milliseconds after every removal pruning may make from a model of ``heads[l]``
+        heads and ``neurons[l]`` neurons in layer ``l`` (run ``applications[l]`` times): down to 1 head
+        and 1 neuron per layer, where a unit saves anything, and the ``droppable`` layers whose removal
+        then saves anything, but one layer."""
+        applications = list(applications) if applications is not None else [1] * len(heads)
+        fewest_heads = [1 if self.head_ms > 0 else h for h in heads]
+        fewest_neurons = [1 if self.neuron_ms > 0 else n for n in neurons]
+        gone = {l for l in droppable if self.layer_run_ms(fewest_heads[l], fewest_neurons[l]) > 0}
+        if len(gone) == len(heads):  # one layer stays (they cost the same: each runs once)
+            gone.discard(max(gone))
+        runs = [l for l in range(len(heads)) if l not in gone for _ in range(applications[l])]
+        return self.predict([fewest_heads[l] for l in runs], [fewest_neurons[l] for l in runs])
+
     def dense_ms(self) -> float:
         """Predicted milliseconds of the unpruned model of this geometry."""
         g = self.geometry

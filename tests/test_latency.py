@@ -61,6 +61,21 @@ def test_the_fit_recovers_hand_made_costs_from_the_probes():
         assert costs.predict(shape.heads, shape.neurons) == pytest.approx(want, rel=1e-9)
 
 
+def test_the_fastest_prediction_hand_computed():
+    # base 2, per layer run 1 + 0.5 per head + 0.01 per neuron
+    costs = LatencyModel(GEOMETRY, Deployment(), "here", base_ms=2.0, layer_ms=1.0, head_ms=0.5, neuron_ms=0.01)
+    heads, neurons = [12] * 6, [1536] * 6
+    one_layer = 1.0 + 0.5 + 0.01  # a layer of 1 head and 1 neuron
+    assert costs.fastest_ms(heads, neurons) == pytest.approx(2.0 + 6 * one_layer)
+    assert costs.fastest_ms(heads, neurons, droppable=range(6)) == pytest.approx(2.0 + one_layer)  # one layer stays
+    assert costs.fastest_ms(heads, neurons, droppable=[0, 1]) == pytest.approx(2.0 + 4 * one_layer)
+    # a layer run three times (shared) costs three runs
+    assert costs.fastest_ms([12, 12], [1536, 1536], applications=[3, 1]) == pytest.approx(2.0 + 4 * one_layer)
+    # a unit that saves nothing is not removed: free heads stay at 12
+    free_heads = LatencyModel(GEOMETRY, Deployment(), "here", base_ms=2.0, layer_ms=1.0, head_ms=0.0, neuron_ms=0.01)
+    assert free_heads.fastest_ms([12], [1536]) == pytest.approx(2.0 + 1.0 + 0.01)
+
+
 def test_the_probes_identify_every_cost_even_with_one_head():
     for geometry in (GEOMETRY, Geometry("tiny", 32, 1, 37, 2)):
         probes = probe_shapes(geometry)

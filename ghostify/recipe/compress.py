@@ -132,9 +132,11 @@ def _check_reachable(recipe: Recipe, run_dir: Path, speedup: float, drop_layers:
 
     run_recipe(_prefix(recipe, "latency"), run_dir, on_stage=lambda planned, status: say(f"{planned.label}: {status}"))
     latency = LatencyModel.load(next(p.directory for p in plan(recipe, run_dir) if p.stage.name == "latency"))
-    # the pruning method's check_reachable in short (a recipe reaches methods only through the registry)
-    layers = 1 if drop_layers else latency.geometry.num_layers
-    best = latency.dense_ms() / latency.predict([1] * layers, [1] * layers)
+    g = latency.geometry
+    layers = range(g.num_layers)
+    fastest = latency.fastest_ms([g.num_heads for _ in layers], [g.ffn_size for _ in layers],
+                                 droppable=layers if drop_layers else ())
+    best = latency.dense_ms() / fastest
     if speedup > best:
         raise GhostifyError(f"--speedup {speedup:g} is out of reach on {latency.deployment.describe()}: even one head "
                             f"and one FFN neuron per layer predict {best:.2f}x; ask for {math.floor(best * 10) / 10:g} or "

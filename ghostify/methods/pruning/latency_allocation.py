@@ -166,14 +166,9 @@ def _layer_values(scores: Sequence[float] | torch.Tensor | None, layers: int) ->
     return values.tolist()
 
 
-def _layer_ms(latency: LatencyModel, heads: int, neurons: int) -> float:
-    """What one run of a layer keeping ``heads`` heads and ``neurons`` neurons costs."""
-    return latency.layer_ms + latency.head_ms * heads + latency.neuron_ms * neurons
-
-
 def _drop_ratio(latency: LatencyModel, score: float, heads: int, neurons: int) -> float:
     """Score lost per millisecond saved by removing a layer whole (inf when it saves nothing)."""
-    saving = _layer_ms(latency, heads, neurons)
+    saving = latency.layer_run_ms(heads, neurons)
     return score / saving if saving > 0 else math.inf
 
 
@@ -197,26 +192,10 @@ def _removals(scores: torch.Tensor, group: int, unit_ms: float) -> list[tuple[fl
     return [(math.fsum(values[j] for j in g) / (unit_ms * len(g)), g) for g in groups]
 
 
-def fastest_ms(latency: LatencyModel, heads: Sequence[int], neurons: Sequence[int],
-               applications: Sequence[int] | None = None, droppable: Sequence[int] = ()) -> float:
-    """The predicted milliseconds after every removal :func:`plan_for_latency` may make: down to 1 head
-    and 1 neuron per layer, where a unit saves anything, and the ``droppable`` layers whose removal
-    then saves anything, but one layer."""
-    applications = list(applications) if applications is not None else [1] * len(heads)
-    fewest_heads = [1 if latency.head_ms > 0 else h for h in heads]
-    fewest_neurons = [1 if latency.neuron_ms > 0 else n for n in neurons]
-    gone = {l for l in droppable if _layer_ms(latency, fewest_heads[l], fewest_neurons[l]) > 0}
-    if len(gone) == len(heads):  # one layer stays (they cost the same: each runs once)
-        gone.discard(max(gone))
-    kept = [l for l in range(len(heads)) if l not in gone]
-    return predict(latency, [fewest_heads[l] for l in kept], [fewest_neurons[l] for l in kept],
-                   [applications[l] for l in kept])
-
-
 def check_reachable(latency: LatencyModel, target_ms: float, heads: Sequence[int], neurons: Sequence[int],
                     applications: Sequence[int] | None = None, droppable: Sequence[int] = ()) -> None:
-    """Refuse a target that even :func:`fastest_ms` does not meet, naming the best speed-up."""
-    best = fastest_ms(latency, heads, neurons, applications, droppable)
+    """Refuse a target that even :meth:`LatencyModel.fastest_ms` does not meet, naming the best speed-up."""
+    best = latency.fastest_ms(heads, neurons, applications, droppable)
     if best > target_ms:
         raise _out_of_reach(latency, target_ms, best, bool(droppable))
 
