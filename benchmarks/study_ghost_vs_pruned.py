@@ -327,13 +327,22 @@ def mean_std(values: list[float]) -> str:
     return f"{statistics.fmean(values):.1f} ± {statistics.stdev(values):.1f}"
 
 
-def paired_interval(differences: list[float]) -> str:
+def interval(differences: list[float]) -> tuple[float, float, float] | None:
+    """The mean of paired differences and its 95% interval (Student's t); None under two seeds."""
     n = len(differences)
     if n < 2:
-        return f"{differences[0]:+.1f} (1 seed)" if differences else "–"
+        return None
     mean, sd = statistics.fmean(differences), statistics.stdev(differences)
     half = T_975.get(n - 1, 1.96) * sd / math.sqrt(n)
-    return f"{mean:+.1f} [{mean - half:+.1f}, {mean + half:+.1f}]"
+    return mean, mean - half, mean + half
+
+
+def paired_interval(differences: list[float]) -> str:
+    bounds = interval(differences)
+    if bounds is None:
+        return f"{differences[0]:+.1f} (1 seed)" if differences else "–"
+    mean, low, high = bounds
+    return f"{mean:+.1f} [{low:+.1f}, {high:+.1f}]"
 
 
 def tables(results: list[dict[str, Any]]) -> str:
@@ -373,8 +382,38 @@ def tables(results: list[dict[str, Any]]) -> str:
         diffs = task_means(by, tasks, width, seeds, "ghost", "pruned") if arms == ["pruned", "ghost"] else []
         lines.append(f"| {width} | " + " | ".join(row) + f" | {paired_interval(diffs)} | {len(seeds)} |")
     lines += variant_table(results, by, tasks)
+    lines += decision_table(results, by, tasks)
     lines += drift_table(results)
     return "\n".join(lines) + "\n"
+
+
+#: the task whose scores are the noisiest; the decision reads the average with and without it
+NOISY_TASK = "stsb"
+
+
+def decision_table(results: list[dict[str, Any]], by: dict, tasks: list[str]) -> list[str]:
+    """Does a ghost arm beat the pruned one? Per arm and width, the paired interval of its task average
+    against the pruned arm's (per seed the mean over tasks), over every task and without STS-B: it beats
+    the pruned arm where the whole interval is above zero."""
+    arms = sorted({(r["arm"], r["width"]) for r in results if r["arm"] not in ("teacher", "pruned")},
+                  key=lambda aw: (-_width_value(aw[1]), aw[0]))
+    task_sets = [tasks] + ([[t for t in tasks if t != NOISY_TASK]] if NOISY_TASK in tasks and len(tasks) > 2 else [])
+    if len(tasks) < 2 or not arms:
+        return []
+    lines = ["", "Decision: an arm beats the pruned model where the paired 95% interval of the task average is "
+             "above zero:", "", "| arm | width | tasks | arm − pruned (95% CI) | seeds | beats pruned |",
+             "|---|---|---|---|---|---|"]
+    for arm, width in arms:
+        for task_set in task_sets:
+            seeds = seeds_with(by, task_set, width, (arm, "pruned"))
+            if not seeds:  # e.g. a rate-sweep arm, run on one task only
+                continue
+            diffs = task_means(by, task_set, width, seeds, arm, "pruned")
+            bounds = interval(diffs)
+            verdict = "–" if bounds is None else "yes" if bounds[1] > 0 else "no"
+            lines.append(f"| {arm} | {width} | {', '.join(task_set)} | {paired_interval(diffs)} | {len(seeds)} | "
+                         f"{verdict} |")
+    return lines
 
 
 def drift_table(results: list[dict[str, Any]]) -> list[str]:

@@ -128,6 +128,7 @@ def test_tables_hand_computed(study):
     assert "| ghost-k1 | 3/12 | rte | 80.0 ± 1.0 | -2.0 [-4.5, +0.5] | -1.0 [-1.0, -1.0] | 3 |" in text
     assert "| 3/12 | 81.0 ± 1.0 | 82.0 ± 1.0 | +1.0 [-1.5, +3.5] | 3 |" in text  # the average over the (one) task
     assert "average" not in text.split("Ghost variants")[1]  # one task: no average row
+    assert "Decision" not in text  # nor a decision over tasks
 
 
 def test_variant_average_pairs_the_per_seed_task_means(study):
@@ -146,8 +147,28 @@ def test_variant_average_pairs_the_per_seed_task_means(study):
     # 1, -1, -1 (mean -0.33, sd 1.155, half-width 4.303 * 1.155 / sqrt(3) = 2.87); k1 − pruned: 1, 0, 1
     # (mean 0.67, sd 0.577, half-width 1.43)
     assert "| ghost-k1 | 3/12 | average | 66.7 ± 1.2 | -0.3 [-3.2, +2.5] | +0.7 [-0.8, +2.1] | 3 |" in text
+    decision = text.split("Decision")[1].split("Drift")[0]
+    # ghost − pruned per seed over both tasks: 0, 1, 2 -> +1.0 [-1.5, +3.5], not above zero
+    assert "| ghost | 3/12 | rte, sst2 | +1.0 [-1.5, +3.5] | 3 | no |" in decision
+    assert "| ghost-k1 | 3/12 | rte, sst2 | +0.7 [-0.8, +2.1] | 3 | no |" in decision
     # the main average, per seed over both tasks: pruned 65, 66, 67; ghost 65, 67, 69; ghost − pruned 0, 1, 2
     assert "| 3/12 | 66.0 ± 1.0 | 67.0 ± 2.0 | +1.0 [-1.5, +3.5] | 3 |" in text
+
+
+def test_the_decision_reads_the_task_average_with_and_without_stsb(study):
+    def row(task, seed, arm, score):
+        return {"task": task, "seed": seed, "arm": arm, "width": "3/12", "score": score}
+
+    gains = {"rte": [1.0, 2.0, 1.5], "sst2": [1.0, 1.0, 1.0], "stsb": [-3.0, 3.0, 0.0]}
+    results = [row(t, s, "pruned", 50.0) for t in gains for s in range(3)]
+    results += [row(t, s, "ghost-lr100", 50.0 + g) for t, per_seed in gains.items() for s, g in enumerate(per_seed)]
+    results.append(row("sst2", 0, "ghost-lr10", 51.0))  # a sweep arm on one task: no row
+    decision = study.tables(results).split("Decision")[1].split("Drift")[0]
+    # over all three tasks, per seed: -1/3, 2, 5/6: mean 0.83, sd 1.17, half-width 2.9 -> not above zero
+    assert "| ghost-lr100 | 3/12 | rte, sst2, stsb | +0.8 [-2.1, +3.7] | 3 | no |" in decision
+    # without STS-B: 1, 1.5, 1.25: mean 1.25, sd 0.25, half-width 4.303 * 0.25 / sqrt(3) = 0.62 -> above zero
+    assert "| ghost-lr100 | 3/12 | rte, sst2 | +1.2 [+0.6, +1.9] | 3 | yes |" in decision
+    assert "ghost-lr10 " not in decision
 
 
 def test_report_over_some_tasks_leaves_the_full_report_alone(study, tmp_path, capsys):
