@@ -38,6 +38,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -535,8 +536,50 @@ def plot(results: list[dict[str, Any]], path: Path) -> Path | None:
     return path
 
 
+def plot_arms(results: list[dict[str, Any]], path: Path) -> Path | None:
+    """Every arm's score, one panel per task: a dot per seed, a bar at the mean, the teacher's mean as a
+    dashed line. Where the arms share a width (the medium study) score-vs-FLOPs stacks them on one x."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = sorted({r["task"] for r in results})
+    entries = sorted({(r["arm"], r["width"]) for r in results if r["arm"] != "teacher"},
+                     key=lambda aw: (-_width_value(aw[1]), aw[0] != "pruned", aw[0] != "ghost", _natural(aw[0])))
+    if not tasks or not entries:
+        return None
+    fig, axes = plt.subplots(1, len(tasks), figsize=(max(4.0, 0.55 * len(entries) + 1.5) * len(tasks), 3.8), dpi=120,
+                             squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for x, (arm, width) in enumerate(entries):
+            scores = [r["score"] for r in results if (r["task"], r["arm"], r["width"]) == (task, arm, width)]
+            if scores:
+                ax.plot([x] * len(scores), scores, "o", color="tab:blue", alpha=0.5, markersize=4)
+                ax.plot([x - 0.3, x + 0.3], [statistics.fmean(scores)] * 2, "-", color="black", linewidth=2)
+        teacher = [r["score"] for r in results if r["task"] == task and r["arm"] == "teacher"]
+        if teacher:
+            ax.axhline(statistics.fmean(teacher), linestyle="--", color="tab:green", label="teacher (mean)")
+            ax.legend(fontsize=8)
+        ax.set_xticks(range(len(entries)), [f"{a}@{w}" for a, w in entries], rotation=40, ha="right", fontsize=8)
+        ax.set_title(task)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0][0].set_ylabel("GLUE score (dots: seeds, bar: mean)")
+    fig.tight_layout()
+    partial = path.with_name(f".{path.stem}.{os.getpid()}.png")  # another study process may be plotting too
+    fig.savefig(partial)
+    plt.close(fig)
+    partial.replace(path)
+    return path
+
+
+def _natural(name: str) -> str:
+    """A sort key that puts ghost-lr10 before ghost-lr30 before ghost-lr100."""
+    return re.sub(r"\d+", lambda m: m.group().zfill(6), name)
+
+
 def write_reports(results_dir: Path, machine: str, tasks: list[str] | None = None) -> None:
-    """table.md and score_vs_flops.png from every result; with ``tasks``, only the tables over
+    """table.md, score_vs_flops.png and scores_by_arm.png from every result; with ``tasks``, only the tables over
     those tasks, as table-<tasks>.md (e.g. the averages without a task too noisy to read)."""
     results = read_results(results_dir / "results.jsonl")
     if tasks:
@@ -546,6 +589,7 @@ def write_reports(results_dir: Path, machine: str, tasks: list[str] | None = Non
     write_text_atomically(results_dir / (f"table-{'-'.join(tasks)}.md" if tasks else "table.md"), text)
     if not tasks:
         plot(results, results_dir / "score_vs_flops.png")
+        plot_arms(results, results_dir / "scores_by_arm.png")
     print(text)
 
 

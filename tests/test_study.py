@@ -68,6 +68,7 @@ def test_a_tiny_study_runs_resumes_and_keeps_one_budget(study, glue, tmp_path, c
     table = (results / "table.md").read_text()
     assert "| mrpc | 1/2 |" in table and "ghost − pruned (95% CI)" in table
     assert (results / "score_vs_flops.png").stat().st_size > 1000
+    assert (results / "scores_by_arm.png").stat().st_size > 1000
     assert json.loads((results / "budget.json").read_text())["train_samples"] == 16
 
     assert not list(work.glob("*/claim*"))  # every (task, seed) released
@@ -184,7 +185,7 @@ def test_report_over_some_tasks_leaves_the_full_report_alone(study, tmp_path, ca
     subset = (results / "table-sst2-rte.md").read_text()
     assert "on sst2, rte" in subset and "| 3/12 | 65.5 ± 0.7 | 65.5 ± 0.7 | +0.0 [+0.0, +0.0] | 2 |" in subset  # the average over rte and sst2
     assert "stsb" not in subset
-    assert not (results / "table.md").exists() and not (results / "score_vs_flops.png").exists()
+    assert not any((results / name).exists() for name in ("table.md", "score_vs_flops.png", "scores_by_arm.png"))
     assert study.main(["--report-only", "--results", str(results), "--report-tasks", "sst2,cola"]) == 2
     assert "has results for rte, sst2, stsb" in capsys.readouterr().err
 
