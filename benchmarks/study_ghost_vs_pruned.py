@@ -25,11 +25,12 @@ and the other weights from the arm's start (``kernel_drift``, ``weight_drift``, 
 ``ghost_kernel_drift.py`` does); the tables show them where the rows have them.
 
 Each finished arm is one line of ``results.jsonl`` in ``--results``; an arm already there is
-skipped, so the study can be stopped at any moment and started again. Two processes (one per core)
+skipped, so the study can be stopped at any moment and started again; an arm stopped mid-way goes on
+from its last complete stage (distilled/, final/) or training checkpoint. Two processes (one per core)
 may run the same grid: each takes the next (task, seed) that no live process holds (a ``claim``
 file with its pid in that work directory). Checkpoints go to
-``--work`` (not kept in git); an arm's own checkpoints are deleted once its result is written
-unless ``--keep``.
+``--work`` (not kept in git; ``budget.json`` there too, so another budget cannot reuse them); an arm's
+own checkpoints are deleted once its result is written unless ``--keep``.
 """
 
 from __future__ import annotations
@@ -240,11 +241,15 @@ class Study:
         b = self.budget
         started = time.perf_counter()
         root = self.arm_dir(task, seed, arm)
-        shutil.rmtree(root, ignore_errors=True)  # an interrupted arm starts over: its result is all-or-nothing
+        # an interrupted arm goes on where it stopped (a session's end kills the study): a stage whose
+        # checkpoint is complete is not run again, one killed mid-way resumes its OUT.partial, and a
+        # resumed ghostify run ends with the weights of an uninterrupted one, so the result is the same
+        resumed = root.exists()
         teacher = self.teacher(task, seed)
         student = self.pruned(task, seed, arm.width)
         if arm.ghost is not None:
-            steps.attach_ghost(student, root / "ghost", seed=seed, **arm.ghost)
+            if not (root / "ghost").is_dir():
+                steps.attach_ghost(student, root / "ghost", seed=seed, **arm.ghost)
             student = root / "ghost"
         start = student
         common = dict(task=task, dataset=self.dataset, max_samples=b.samples(task), max_length=b.max_length,
@@ -252,11 +257,15 @@ class Study:
         distill_data = {**common, "dataset": self.distill_data(task, seed)}
         if b.augment_mlm is not None:  # the augmented set is already the (sub)set's augmentation
             distill_data["max_samples"] = None
-        steps.distill(teacher, student, root / "distilled", epochs=b.distill_epochs,
-                      learning_rate=b.distill_learning_rate, **ghost_rate(arm, b.distill_learning_rate), **distill_data)
-        steps.finetune(root / "distilled", root / "final", teacher=teacher, teacher_weight=b.teacher_weight,
-                       epochs=b.finetune_epochs, learning_rate=b.finetune_learning_rate,
-                       **ghost_rate(arm, b.finetune_learning_rate), **common)
+        go_on = dict(resume=True, overwrite=True)  # overwrite: a partial run of other settings starts over
+        if not (root / "distilled").is_dir():
+            steps.distill(teacher, student, root / "distilled", epochs=b.distill_epochs,
+                          learning_rate=b.distill_learning_rate, **ghost_rate(arm, b.distill_learning_rate),
+                          **distill_data, **go_on)
+        if not (root / "final").is_dir():
+            steps.finetune(root / "distilled", root / "final", teacher=teacher, teacher_weight=b.teacher_weight,
+                           epochs=b.finetune_epochs, learning_rate=b.finetune_learning_rate,
+                           **ghost_rate(arm, b.finetune_learning_rate), **common, **go_on)
         final = steps.evaluate(root / "final", task=task, dataset=self.dataset, max_length=b.max_length)
         size = steps.info(root / "final")
         result = {
@@ -264,7 +273,8 @@ class Study:
             **({"ghost_lr": arm.ghost_lr} if arm.ghost_lr is not None else {}),
             "metrics": final["metrics"], "score": glue_score(final["metrics"]),
             "flops": size["flops"], "params": size["params"], **drift(start, root / "final"),
-            "seconds": round(time.perf_counter() - started, 1),
+            "seconds": round(time.perf_counter() - started, 1),  # this process's part, where it resumed
+            **({"resumed": True} if resumed else {}),
         }
         if not self.keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -706,8 +716,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.results} holds results of another budget ({recorded}); give another --results "
               "or the same protocol, --train-samples and --epochs", file=sys.stderr)
         return 2
-    # atomic: a second study process (one per task) reads it while this one writes
-    write_text_atomically(recorded, json.dumps(wanted, indent=2) + "\n")
+    # the work directory's teachers, pruned models and interrupted arms are reused: they must be of this budget too
+    args.work.mkdir(parents=True, exist_ok=True)
+    work_record = args.work / "budget.json"
+    if work_record.is_file() and json.loads(work_record.read_text()) != wanted:
+        print(f"error: {args.work} holds checkpoints of another budget ({work_record}); give another --work "
+              "or the same protocol, --train-samples and --epochs", file=sys.stderr)
+        return 2
+    # atomic: a second study process reads them while this one writes
+    for record in (recorded, work_record):
+        write_text_atomically(record, json.dumps(wanted, indent=2) + "\n")
     arms = grid_arms(args.grid or protocol["grid"], args.widths.split(","), args.init_width, args.ablation_width,
                      [i for i in args.inits.split(",") if i], args.ghost_lr_multiplier)
     results_file = args.results / "results.jsonl"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -83,6 +84,32 @@ def test_a_tiny_study_runs_resumes_and_keeps_one_budget(study, glue, tmp_path, c
     assert code == 2
     assert "another budget" in capsys.readouterr().err
     assert (results / "results.jsonl").read_bytes() == before
+    # also into fresh results: the work directory's teachers are of the first budget
+    other = [a if a != "16" else "8" for a in args]
+    other[other.index(str(results))] = str(tmp_path / "other-results")
+    assert study.main(other) == 2
+    assert "holds checkpoints of another budget" in capsys.readouterr().err
+
+
+def test_an_interrupted_arm_goes_on_from_its_last_complete_stage(study, glue, tmp_path):
+    model = tiny_checkpoint(tmp_path / "tiny")
+    results, work = tmp_path / "results", tmp_path / "work"
+    args = ["--model", str(model), "--dataset", str(glue), "--tasks", "mrpc", "--widths", "1/2", "--seeds", "0",
+            "--grid", "main", "--train-samples", "16", "--results", str(results), "--work", str(work), "--keep"]
+    assert study.main(args) == 0
+    rows = study.read_results(results / "results.jsonl")
+    ghost = next(r for r in rows if r["arm"] == "ghost" and r["width"] == "1/2")
+    # killed after distillation, before fine-tuning ended: the row is missing and so is final/
+    arm = work / "mrpc-s0" / "arms" / "ghost@1of2"
+    distilled = arm / "distilled" / "model.safetensors"
+    written = distilled.stat().st_mtime_ns
+    shutil.rmtree(arm / "final")
+    (results / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows if r is not ghost))
+    assert study.main(args) == 0
+    again = next(r for r in study.read_results(results / "results.jsonl") if r["arm"] == "ghost" and r["width"] == "1/2")
+    assert distilled.stat().st_mtime_ns == written  # not distilled again
+    assert again["resumed"] is True and "resumed" not in ghost
+    assert again["metrics"] == ghost["metrics"] and again["kernel_drift"] == ghost["kernel_drift"]
 
 
 def test_a_claim_keeps_a_second_process_off_its_task_and_seed(study, tmp_path):
