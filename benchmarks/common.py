@@ -56,7 +56,7 @@ def machine_info() -> dict[str, Any]:
 def machine_line(info: dict[str, Any]) -> str:
     line = (
         f"{info['cpu']}, {info['logical_cpus']} logical CPUs, torch {info['torch']} "
-        f"({info['torch_threads']} threads), transformers {info['transformers']}, {info['date']}, "
+        f"({info['torch_threads']} thread{'' if info['torch_threads'] == 1 else 's'}), transformers {info['transformers']}, {info['date']}, "
         f"1-min load average at start {info['load_average_at_start'][0]:.2f}"
     )
     if "load_average_at_end" in info:
