@@ -30,12 +30,16 @@ from its last complete stage (distilled/, final/) or training checkpoint. Two pr
 may run the same grid: each takes the next (task, seed) that no live process holds (a ``claim``
 file with its pid in that work directory). Checkpoints go to
 ``--work`` (not kept in git; ``budget.json`` there too, so another budget cannot reuse them); an arm's
-own checkpoints are deleted once its result is written unless ``--keep``.
+own checkpoints are deleted once its result is written unless ``--keep``. Every row names its
+teacher (``teacher_sha``, of the weights): where the work directory is lost and the teacher trained
+again to other bytes (another CPU or library version rounds differently), the (task, seed) is refused
+rather than pairing new arms with rows of another teacher.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -199,6 +203,29 @@ class Study:
                            batch_size=b.batch_size, seed=seed)
         return out
 
+    def unpaired(self, task: str, seed: int, rows: list[dict[str, Any]]) -> str | None:
+        """Why the recorded ``rows`` of (task, seed) cannot be paired with arms trained from this work
+        directory's teacher (None when they can). A teacher trained again (the work directory lost, the
+        study moved to another machine) need not be the same bytes: another CPU or library version
+        rounds differently, and arms from two teachers are no longer paired on one model."""
+        if not rows:
+            return None
+        retrained = not (self.unit(task, seed) / "teacher").is_dir()
+        mark = fingerprint(self.teacher(task, seed))
+        other = sorted({r["teacher_sha"] for r in rows if r.get("teacher_sha", mark) != mark})
+        if other:
+            return f"its recorded rows came from teacher {other[0]}, the work directory's teacher is {mark}"
+        recorded = next((r for r in rows if r["arm"] == "teacher" and "teacher_sha" not in r), None)
+        if retrained and recorded is not None:  # rows from before fingerprints: compare the evaluation
+            from ghostify import steps
+
+            metrics = steps.evaluate(self.teacher(task, seed), task=task, dataset=self.dataset,
+                                     max_length=self.budget.max_length)["metrics"]
+            if metrics != recorded["metrics"]:
+                return (f"its teacher was trained again here and scores {glue_score(metrics):.6f}, the recorded "
+                        f"one {recorded['score']:.6f}")
+        return None
+
     def scored(self, task: str, seed: int) -> Path:
         from ghostify import steps
 
@@ -273,6 +300,7 @@ class Study:
             **({"ghost_lr": arm.ghost_lr} if arm.ghost_lr is not None else {}),
             "metrics": final["metrics"], "score": glue_score(final["metrics"]),
             "flops": size["flops"], "params": size["params"], **drift(start, root / "final"),
+            "teacher_sha": fingerprint(teacher),
             "seconds": round(time.perf_counter() - started, 1),  # this process's part, where it resumed
             **({"resumed": True} if resumed else {}),
         }
@@ -288,7 +316,17 @@ class Study:
         size = steps.info(teacher)
         return {"task": task, "seed": seed, "arm": "teacher", "width": "12/12", "ghost": None,
                 "metrics": final["metrics"], "score": glue_score(final["metrics"]), "flops": size["flops"],
-                "params": size["params"], "seconds": None}
+                "params": size["params"], "teacher_sha": fingerprint(teacher), "seconds": None}
+
+
+def fingerprint(checkpoint: Path) -> str:
+    """The first 16 hex digits of the SHA-256 of a checkpoint's weights: which teacher a row's arm came from."""
+    digest = hashlib.sha256()
+    for weights in sorted(checkpoint.glob("*.safetensors")):
+        with weights.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
 
 
 def ghost_rate(arm: Arm, learning_rate: float) -> dict[str, float]:
@@ -736,6 +774,7 @@ def main(argv: list[str] | None = None) -> int:
         return (task, seed, "teacher@12/12") in done and all(
             (task, seed, arm.key) in done for arm in arms if arm.runs_on(task))
 
+    refused = 0  # 1 once a (task, seed) is left alone because its rows came from another teacher
     # task-major, then seed: every (task, seed) finishes its teacher and arms before the next starts.
     # Several processes may run the same grid: each takes the next (task, seed) no live process holds
     for task in args.tasks.split(","):
@@ -748,7 +787,15 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             try:
                 # read again under the claim: a process that held it until a moment ago may have finished it
-                done = {result_key(r) for r in read_results(results_file)}
+                rows = [r for r in read_results(results_file) if (r["task"], int(r["seed"])) == (task, seed)]
+                reason = study.unpaired(task, seed, rows)
+                if reason is not None:
+                    print(f"error: {task} seed {seed}: {reason}; new arms would not be paired with its recorded ones. "
+                          f"Move its rows from {results_file} to superseded.jsonl beside it to run it again here, "
+                          f"or restore {unit}", file=sys.stderr, flush=True)
+                    refused = 1
+                    continue
+                done = {result_key(r) for r in rows}
                 todo = [arm for arm in arms if (task, seed, arm.key) not in done and arm.runs_on(task)]
                 if (task, seed, "teacher@12/12") not in done:
                     append_result(results_file, study.teacher_result(task, seed))
@@ -761,7 +808,7 @@ def main(argv: list[str] | None = None) -> int:
                 (unit / CLAIM).unlink(missing_ok=True)
             write_reports(args.results, machine)
     write_reports(args.results, machine)
-    return 0
+    return refused
 
 
 if __name__ == "__main__":

@@ -112,6 +112,44 @@ def test_an_interrupted_arm_goes_on_from_its_last_complete_stage(study, glue, tm
     assert again["metrics"] == ghost["metrics"] and again["kernel_drift"] == ghost["kernel_drift"]
 
 
+def test_rows_from_another_teacher_are_not_paired_with_new_arms(study, glue, tmp_path, capsys):
+    model = tiny_checkpoint(tmp_path / "tiny")
+    results, work = tmp_path / "results", tmp_path / "work"
+    args = ["--model", str(model), "--dataset", str(glue), "--tasks", "mrpc", "--widths", "1/2", "--seeds", "0",
+            "--grid", "main", "--train-samples", "16", "--results", str(results), "--work", str(work)]
+    assert study.main(args) == 0
+    rows = study.read_results(results / "results.jsonl")
+    marks = {r["teacher_sha"] for r in rows}
+    assert len(marks) == 1 and len(next(iter(marks))) == 16  # every row names the one teacher
+    without_ghost = "".join(json.dumps(r) + "\n" for r in rows if r["arm"] != "ghost")
+
+    def lose_work_and(rows_text: str) -> None:
+        shutil.rmtree(work / "mrpc-s0")  # the work directory is lost: the teacher is trained again
+        (results / "results.jsonl").write_text(rows_text)
+
+    # trained again on the same machine, the teacher is the same bytes: the missing arm runs, paired
+    lose_work_and(without_ghost)
+    assert study.main(args) == 0
+    again = study.read_results(results / "results.jsonl")
+    assert {r["teacher_sha"] for r in again} == marks and sorted(map(study.result_key, again)) == sorted(map(study.result_key, rows))
+
+    # rows of another teacher: refused in one line, nothing run or written
+    other = without_ghost.replace(next(iter(marks)), "0" * 16)
+    lose_work_and(other)
+    assert study.main(args) == 1
+    err = capsys.readouterr().err
+    assert "mrpc seed 0: its recorded rows came from teacher 0000000000000000" in err and "superseded.jsonl" in err
+    assert (results / "results.jsonl").read_text() == other and not list(work.glob("*/claim*"))
+
+    # rows from before fingerprints: the retrained teacher's evaluation must match the recorded one
+    legacy = [{k: v for k, v in r.items() if k != "teacher_sha"} for r in rows if r["arm"] != "ghost"]
+    teacher = next(r for r in legacy if r["arm"] == "teacher")
+    teacher["metrics"] = {k: v + 1e-7 for k, v in teacher["metrics"].items()}
+    lose_work_and("".join(json.dumps(r) + "\n" for r in legacy))
+    assert study.main(args) == 1
+    assert "its teacher was trained again here and scores" in capsys.readouterr().err
+
+
 def test_a_claim_keeps_a_second_process_off_its_task_and_seed(study, tmp_path):
     import subprocess
 
