@@ -577,12 +577,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> Path | None:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("GLUE score")
     axes[0][-1].legend(fontsize=8)
-    fig.tight_layout()
-    partial = path.with_name(f".{path.stem}.{os.getpid()}.png")  # another study process may be plotting too
-    fig.savefig(partial)
-    plt.close(fig)
-    partial.replace(path)
-    return path
+    return _save_figure(fig, path)
 
 
 def plot_arms(results: list[dict[str, Any]], path: Path) -> Path | None:
@@ -614,8 +609,15 @@ def plot_arms(results: list[dict[str, Any]], path: Path) -> Path | None:
         ax.set_title(task)
         ax.grid(alpha=0.3, axis="y")
     axes[0][0].set_ylabel("GLUE score (dots: seeds, bar: mean)")
+    return _save_figure(fig, path)
+
+
+def _save_figure(fig: Any, path: Path) -> Path:
+    """Write ``fig`` to ``path`` whole or not at all: another study process may be plotting too."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
-    partial = path.with_name(f".{path.stem}.{os.getpid()}.png")  # another study process may be plotting too
+    partial = path.with_name(f".{path.stem}.{os.getpid()}.png")
     fig.savefig(partial)
     plt.close(fig)
     partial.replace(path)
