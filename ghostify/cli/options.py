@@ -37,7 +37,7 @@ def split_columns(text: str | None) -> tuple[str, ...] | None:
 MaxSamples = Annotated[int | None, typer.Option("--max-samples", min=1, help="Use a seeded random subset of this many training examples.", show_default=False)]
 Epochs = Annotated[int, typer.Option("--epochs", min=1, help="Passes over the training data.")]
 LearningRate = Annotated[float, typer.Option("--learning-rate", help="Peak learning rate (AdamW, linear decay).")]
-GhostLearningRate = Annotated[float | None, typer.Option("--ghost-learning-rate", help="Peak learning rate of the ghost kernels and scales, same schedule (default: --learning-rate); at the model's rate they barely move in a short run, try 10-100x.", show_default=False)]
+GhostLearningRate = Annotated[float | None, typer.Option("--ghost-learning-rate", help="Peak learning rate of the ghost kernels and scales, same schedule (default: --learning-rate); at the model's rate they barely move in a short run; 100x moves them about 100x further (in benchmarks/studies/ghost-vs-pruned-medium that did not make the ghosts beat the pruned model).", show_default=False)]
 WeightDecay = Annotated[float, typer.Option("--weight-decay", help="AdamW weight decay.")]
 WarmupRatio = Annotated[float, typer.Option("--warmup-ratio", help="Fraction of steps with linear warm-up.")]
 MaxGradNorm = Annotated[float, typer.Option("--max-grad-norm", help="Gradient clipping norm (0: off).")]
