@@ -34,7 +34,9 @@ def test_a_format_1_checkpoint_loads_to_the_outputs_it_had(name, tmp_path):
     model = load_model(FIXTURES / name)
     with torch.no_grad():
         logits = model(**tiny_batch(3, 9, seed=0)).logits
-    torch.testing.assert_close(logits, expected, rtol=0, atol=0)
+    # the fixture was computed on another CPU, whose kernels round differently (seen: 1.6e-9 apart between
+    # an AMD EPYC and an Intel Xeon); a ghost kernel read wrong moves them by ~2e-6, 1e-3 of their scale
+    torch.testing.assert_close(logits, expected, rtol=0, atol=1e-5 * expected.abs().max().item())
     record = model_record(model)
     old = json.loads((FIXTURES / name / "config.json").read_text())["ghostify"]
     assert old["format"] == 1 and "methods" not in old
@@ -44,8 +46,8 @@ def test_a_format_1_checkpoint_loads_to_the_outputs_it_had(name, tmp_path):
     new = json.loads((tmp_path / "again" / "config.json").read_text())["ghostify"]
     assert new["format"] == RECORD_FORMAT == 2 and set(new["methods"]) == set(record.methods)
     assert not set(new) - {"heads", "ffn", "methods", "history", "format"}
-    with torch.no_grad():
-        torch.testing.assert_close(load_model(tmp_path / "again")(**tiny_batch(3, 9, seed=0)).logits, expected,
+    with torch.no_grad():  # on one machine, save → load is exact
+        torch.testing.assert_close(load_model(tmp_path / "again")(**tiny_batch(3, 9, seed=0)).logits, logits,
                                    rtol=0, atol=0)
 
 
