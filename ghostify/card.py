@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,13 +79,62 @@ def model_size(model: nn.Module) -> dict[str, int]:
 
 
 def read_training(directory: Path) -> dict[str, Any] | None:
-    """``training.json`` of a trained checkpoint (its evaluations), or None."""
+    """``training.json`` of a trained checkpoint (its evaluations), or None. Every reader of it
+    comes here: a damaged training.json costs the card (and a recipe's report) its metrics, said in
+    one warning, not the command."""
     path = directory / TRAINING_NAME
+    if not path.exists():
+        return None
     try:
-        data = json.loads(path.read_text()) if path.is_file() else None
-    except (OSError, ValueError):
-        return None  # a damaged training.json costs the card its metrics, not the command
-    return data if isinstance(data, dict) else None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # a directory, unreadable, not UTF-8, not JSON
+        text = str(exc).strip()
+        fault = f"it cannot be read as JSON: {text.splitlines()[0] if text else type(exc).__name__}"
+    else:
+        fault = _training_fault(data)
+    if fault is None:
+        return data
+    warnings.warn(f"{path} is damaged ({fault}): the metrics it holds are left out of the model card", UserWarning,
+                  stacklevel=2)
+    return None
+
+
+def _training_fault(data: Any) -> str | None:
+    """What is wrong with ``training.json``'s content (the loop's layout), or None."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    evaluations = data.get("evaluations")
+    if evaluations is not None and not isinstance(evaluations, list):
+        return f"evaluations is a {type(evaluations).__name__}, not a list"
+    for number, evaluation in enumerate(evaluations or [], 1):
+        values = evaluation.get("eval") if isinstance(evaluation, dict) else None
+        if not isinstance(values, dict):
+            return f"evaluation {number} has no mapping of metrics under eval"
+        if not _whole(evaluation.get("step")):
+            return f"evaluation {number} has step {evaluation.get('step')!r}, not a step number"
+        odd = next((k for k, v in values.items() if v is not None and not _number(v)), None)
+        if odd is not None:
+            return f"metric {odd} of evaluation {number} is {values[odd]!r}, not a number"
+    if not _whole(data.get("best_step")):
+        return f"best_step is {data['best_step']!r}, not a step number"
+    baseline = data.get("constant_baseline")
+    if baseline is not None and not (isinstance(baseline, dict) and isinstance(baseline.get("metric"), str)
+                                     and all(_number(baseline.get(k)) for k in ("value", "best"))
+                                     and isinstance(baseline.get("beats"), bool)):
+        return "constant_baseline is not a mapping of its metric, value, best and beats"
+    rates = data.get("learning_rates")
+    if rates is not None and not (isinstance(rates, dict) and all(_number(v) for v in rates.values())):
+        return "learning_rates is not a mapping of numbers"
+    return None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _whole(value: Any) -> bool:
+    """None or a step number."""
+    return value is None or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def display_name(directory: Path) -> str:

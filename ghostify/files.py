@@ -8,6 +8,7 @@ crash never leaves a half-written output behind.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .console import is_main_process
 from .errors import GhostifyError, Terminated
 
 log = logging.getLogger(__name__)
@@ -217,6 +219,53 @@ def atomic_directory(output: str | os.PathLike, *, overwrite: bool = False) -> I
         raise
 
 
+#: the file inside a run's output directory (``ghostify run``, ``compress``) that the run holds locked
+LOCK_FILE = ".ghostify.lock"
+
+
+@contextlib.contextmanager
+def output_lock(directory: str | os.PathLike, flag: str = "-o") -> Iterator[Path]:
+    """Hold the lock of ``directory`` (created if missing) while a run writes into it, over many steps:
+    a second run on the same directory is refused at once, in one line naming the process that holds
+    it, rather than interleaving with the first (deleting its half-written stages).
+
+    The lock is ``flock`` on ``directory/.ghostify.lock`` (which holds the holder's process id, for the
+    message): the OS releases it when the holder's process ends, however it ends, so a killed run leaves
+    no stale lock (at most the file, which its re-run takes over) and resumes. The holder removes the file
+    before it lets go; a run that opened the file just before must then lock the new one, so it checks,
+    once it holds a lock, that the file it locked is still the one at the path."""
+    root = Path(directory).expanduser()
+    root.mkdir(parents=True, exist_ok=True)
+    if not is_main_process():  # the processes of one `accelerate launch` share the output by design
+        yield root
+        return
+    path = root / LOCK_FILE
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip()
+            os.close(fd)
+            by = f" (process {holder})" if holder.isdigit() else ""
+            raise GhostifyError(f"{root} is in use by another ghostify run{by}; wait for it to finish, or choose "
+                                f"another {flag}") from None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:  # its holder removed it as it finished: lock the next one
+            pass
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield root
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        os.close(fd)  # releases the lock
+
+
 def remove_tree(path: Path) -> None:
     """Remove ``path`` as one step: renamed away first, so that a kill never leaves it half
     deleted (a resume would find a partial training state)."""
@@ -231,8 +280,13 @@ def write_text_atomically(path: Path, text: str) -> None:
     """Write ``path`` in one rename: a kill never leaves a truncated stage.json behind (which
     would make every later run fail on it instead of re-running the stage)."""
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a directory in the way, a signal: no temporary file stays behind
+        with contextlib.suppress(OSError):  # never created (a read-only directory): nothing to remove
+            tmp.unlink()
+        raise
 
 
 TOKENIZER_FILES = (

@@ -66,6 +66,27 @@ class Geometry:
                 f"FFN {self.ffn_size}")
 
 
+def _row_problem(row: Any, *, named: bool) -> str | None:
+    """What is wrong with one timed row of a latency model (a probe, or a whole model the fit did not see:
+    ``named``), or None: everything that prints or compares it (``ghostify latency``'s table,
+    :meth:`LatencyModel.max_error`) reads these fields, so a file is refused whole rather than failing there."""
+    if not isinstance(row, dict):
+        return f"{row!r} is not a mapping"
+    for key in ("measured_ms", "predicted_ms"):
+        value = row.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return f"{key} = {value!r}, not a finite number"
+    if row["measured_ms"] <= 0:
+        return f"measured_ms = {row['measured_ms']!r}: a forward pass takes some time"
+    widths = [row.get("heads"), row.get("neurons")]
+    if not all(isinstance(w, list) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in w)
+               for w in widths) or len(widths[0]) != len(widths[1]) or not widths[0]:
+        return f"heads = {widths[0]!r} and neurons = {widths[1]!r} are not one count per layer each"
+    if named and not isinstance(row.get("name"), str):
+        return f"name = {row.get('name')!r}, not a string"
+    return None
+
+
 @dataclass(frozen=True)
 class LatencyModel:
     """Milliseconds per forward pass: ``base_ms`` + over the kept layers
@@ -140,9 +161,24 @@ class LatencyModel:
             raise GhostifyError(f"{where} is incomplete or malformed ({type(exc).__name__}: {exc}); "
                                 "measure it again with `ghostify latency`") from None
         costs = (model.base_ms, model.layer_ms, model.head_ms, model.neuron_ms)
-        if not all(math.isfinite(c) for c in costs) or model.dense_ms() <= 0:
+        if not all(math.isfinite(c) and c >= 0 for c in costs):
+            raise GhostifyError(f"{where} has costs {costs}: each must be a finite number of milliseconds, 0 or more; "
+                                "measure it again with `ghostify latency`")
+        # each cost may be finite and their sum not (1e308 each): every prediction is at most the dense one,
+        # so a finite dense prediction keeps every sum an allocation forms finite
+        dense = model.dense_ms()
+        if not math.isfinite(dense):
+            raise GhostifyError(f"{where} has costs {costs} whose sum for the dense model is {dense} ms, not a finite "
+                                "number; measure it again with `ghostify latency`")
+        if dense <= 0:
             raise GhostifyError(f"{where} has costs {costs} that predict no positive latency; "
                                 "measure it again with `ghostify latency`")
+        for kind, rows in (("probes", model.probes), ("validation", model.validation)):
+            for i, row in enumerate(rows):
+                problem = _row_problem(row, named=kind == "validation")
+                if problem is not None:
+                    raise GhostifyError(f"{where} has a malformed {kind}[{i}]: {problem}; "
+                                        "measure it again with `ghostify latency`")
         model.deployment.check()
         return model
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -65,7 +66,7 @@ class GhostifyRecord:
                 heads=_int_lists(data["heads"], "heads", source),
                 ffn=_ints(data["ffn"], "ffn", source),
                 methods=methods,
-                history=list(data.get("history", [])),
+                history=_history(data.get("history"), source),
                 format=RECORD_FORMAT,
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -136,6 +137,48 @@ def _int_lists(values: Any, field: str, source: str) -> list[list[int]]:
     if not isinstance(values, list):
         _corrupt(source, field, values, "expected a list of lists")
     return [_ints(layer, f"{field}[{i}]", source) for i, layer in enumerate(values)]
+
+
+def _history(value: Any, source: str) -> list[dict[str, Any]]:
+    """The history's intact entries. The history says how the checkpoint was made and builds
+    nothing, so a damaged entry costs its line (in ``info``, the model card and the checkpoints
+    made from this one), said in one warning, not the command."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        warnings.warn(f"the history in {source} is {_kind(value)}, not a list of steps: it is left out (of info, the "
+                      "model card and the checkpoints made from this one)", UserWarning, stacklevel=2)
+        return []
+    faults = {number: fault for number, entry in enumerate(value, 1) if (fault := _entry_fault(entry)) is not None}
+    if faults:
+        number, fault = next(iter(faults.items()))
+        more = f" (and {len(faults) - 1} more entries)" if len(faults) > 1 else ""
+        warnings.warn(f"history entry {number} of {source} is damaged ({fault}){more}: it is left out (of info, the "
+                      "model card and the checkpoints made from this one)", UserWarning, stacklevel=2)
+    return [entry for number, entry in enumerate(value, 1) if number not in faults]
+
+
+def _entry_fault(entry: Any) -> str | None:
+    """What is wrong with one history entry (``history_entry``'s shape), or None."""
+    if not isinstance(entry, dict):
+        return f"{_kind(entry)}, not a mapping"
+    if not isinstance(entry.get("command"), str):
+        return f"its command is {entry.get('command')!r}, not a command's name"
+    arguments = entry.get("arguments")
+    if not isinstance(arguments, dict):
+        return f"its arguments are {_kind(arguments)}, not a mapping"
+    for key in (*PATH_ARGUMENTS, "task"):  # what later commands read back from the history
+        if arguments.get(key) is not None and not isinstance(arguments[key], str):
+            return f"its argument {key} is {arguments[key]!r}, not a string"
+    if not isinstance(entry.get("time", ""), str):
+        return f"its time is {entry['time']!r}, not a date"
+    return None
+
+
+def _kind(value: Any) -> str:
+    """``value``'s type with its article: "a str", "an int"."""
+    name = "missing value" if value is None else type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def history_entry(command: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 from dataclasses import dataclass, field
 
@@ -122,8 +123,8 @@ class TrainSettings:
         value = self.report_to
         if isinstance(value, str):
             value = [part.strip() for part in value.split(",")]
-        if value is not None:
-            object.__setattr__(self, "report_to", tuple(v for v in value if v) or None)
+        if value is not None:  # each tracker once: two of one kind would log every value twice into one place
+            object.__setattr__(self, "report_to", tuple(dict.fromkeys(v for v in value if v)) or None)
 
     def validate(self) -> None:
         checks = [
@@ -146,7 +147,8 @@ class TrainSettings:
 
 
 def check_trackers(names: tuple[str, ...]) -> None:
-    """Each tracker is one Accelerate knows, and its package is installed (checked before any work)."""
+    """Each tracker is one Accelerate knows, and its package is installed and imports (checked
+    before any work: a tracker that fails later would leave a half-started run behind)."""
     for name in names:
         if name not in TRACKERS:
             raise GhostifyError(f"--report-to {name!r}: choose one or more of {', '.join(TRACKERS)} (comma-separated)")
@@ -154,6 +156,19 @@ def check_trackers(names: tuple[str, ...]) -> None:
         if importlib.util.find_spec(package) is None:
             raise GhostifyError(f"--report-to {name} needs the {package} package, which is not installed: "
                                 f"pip install {package} (or leave {name} out)")
+        try:  # Accelerate skips, without a word, a tracker whose package has no installed metadata
+            importlib.metadata.distribution(package)
+        except importlib.metadata.PackageNotFoundError:
+            raise GhostifyError(f"--report-to {name}: {package} can be imported but is not an installed package (no "
+                                f"metadata), so Accelerate would not log to it: pip install {package} (or leave "
+                                f"{name} out)") from None
+        try:
+            importlib.import_module(package)
+        except Exception as exc:  # whatever a broken installation raises on import
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise GhostifyError(f"--report-to {name}: the {package} package is installed but does not import "
+                                f"({type(exc).__name__}: {text}); repair it (pip install --force-reinstall {package}) "
+                                f"or leave {name} out of --report-to") from exc
 
 
 @dataclass(frozen=True)
@@ -289,7 +304,8 @@ class InfoDefaults:
 
 @dataclass(frozen=True)
 class Budget:
-    """How much data and training a compression gets: the sample counts and epochs of its stages."""
+    """How much data and training a compression gets: the sample counts and epochs of its stages (0 epochs:
+    no training at all, the pruned model tuned by least squares is the result)."""
 
     max_samples: int | None  # training examples of each training stage (None: all)
     epochs: int
@@ -298,14 +314,25 @@ class Budget:
     distill_learning_rate: float = 2e-4
     finetune_learning_rate: float = 1e-4
     teacher_weight: float = 0.5
+    #: unlabelled examples the pruned model's kept heads and neurons are tuned on (``prune --tune-masks``; 0: none)
+    tune_masks: int = 0
+
+    @property
+    def trains(self) -> bool:
+        return self.epochs > 0
 
     def describe(self) -> str:
+        if not self.trains:
+            return (f"no training: importance on {self.importance_samples:,} examples, mask tuning on "
+                    f"{self.tune_masks:,}")
         samples = "all" if self.max_samples is None else f"{self.max_samples:,}"
         return f"{samples} examples, {self.epochs} epoch{'s' if self.epochs > 1 else ''}"
 
-#: ``--budget``: quick is the quickstart's data budget (minutes on a laptop CPU); standard is the ghost
-#: study's medium protocol (8,000 examples, 2 epochs of every stage)
+#: ``--budget``: none is retraining-free (Kwon et al. 2022: the Fisher search, rearrangement and mask tuning on
+#: unlabelled examples, no training stage); quick is the quickstart's data budget (minutes on a laptop CPU);
+#: standard is the ghost study's medium protocol (8,000 examples, 2 epochs of every stage)
 BUDGETS = {
+    "none": Budget(max_samples=None, epochs=0, importance_samples=2048, tune_masks=2048),
     "quick": Budget(max_samples=2000, epochs=1, importance_samples=512),
     "standard": Budget(max_samples=8000, epochs=2, importance_samples=1024),
 }
@@ -323,6 +350,8 @@ class CompressDefaults:
     drop_layers: bool = False
     #: how far the measured speed-up may miss the target before the allocation is corrected once
     tolerance: float = 0.05
+    #: held-out training examples the searched and the uniform allocation are compared on with the teacher
+    compare_samples: int = 512
     rounds: int = BenchDefaults.rounds
     seed: int = DEFAULT_SEED
 

@@ -5,7 +5,9 @@ are dropped with one counted `warning:` line."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import json
 import math
 import subprocess
 from pathlib import Path
@@ -205,6 +207,199 @@ def test_a_relative_bad_dataset_from_another_directory_is_one_line(data, world, 
 
 def test_there_are_enough_new_cases():
     assert len(CASES) >= 12
+
+
+# ----------------------------------------------------------------------------------------------
+# single data files (.csv, .tsv, .json, .jsonl, .parquet): one reader per kind, whose rows are
+# named as a person counts them in the file
+# ----------------------------------------------------------------------------------------------
+def _jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def _csv(path: Path, rows: list[dict], delimiter: str = ",") -> Path:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]), delimiter=delimiter)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _parquet(path: Path, columns: dict[str, list]) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table(columns), path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def files(tmp_path_factory) -> Path:
+    """Data files with the faults users make, and models to read them with."""
+    root = tmp_path_factory.mktemp("bad-files")
+    tiny_checkpoint(root / "cls-model")
+    tiny_sentence_transformer(root / "st")
+    rows = _sentences(20)
+    good = [json.dumps(row) for row in rows]
+    (root / "empty.jsonl").write_bytes(b"")
+    (root / "blank.jsonl").write_text("\n  \n\n")
+    _jsonl(root / "mixed-labels.jsonl", [{**row, "label": [0, 1, "pos"][i % 3]} for i, row in enumerate(rows)])
+    _parquet(root / "words.parquet", {"sentence": [row["sentence"].split() for row in rows],
+                                      "label": [row["label"] for row in rows]})
+    _csv(root / "empty-text.csv", [{**row, "sentence": "" if i == 4 else row["sentence"]} for i, row in enumerate(rows)])
+    _jsonl(root / "null-text.jsonl", [{**row, "sentence": None if i == 2 else row["sentence"]} for i, row in enumerate(rows)])
+    _csv(root / "named-scores.csv", [{**row, "label": ["high", "low"][i % 2]} for i, row in enumerate(rows)])
+    (root / "bad-line.jsonl").write_text("\n".join(good[:5] + ['{"sentence": "the film", "label": 1'] + good[5:]) + "\n")
+    (root / "list-line.jsonl").write_text("\n".join(good[:3] + ["[1, 2]"] + good[3:]) + "\n")
+    _jsonl(root / "other-columns.jsonl", [{"text": row["sentence"], "label": row["label"]} for row in rows])
+    (root / "latin1.csv").write_bytes("sentence,label\nthe caf\xe9 was great,1\nthe film,0\n".encode("latin-1"))
+    (root / "binary.csv").write_bytes(bytes(range(256)) * 4)
+    (root / "header-only.csv").write_text("sentence,label\n")
+    (root / "ragged.csv").write_text("sentence,label\nthe film,1\nthe city,0\nthe sea,1,extra\n")
+    (root / "ragged.tsv").write_text("sentence\tlabel\nthe film\t1\nthe city\t0\t1\n")
+    (root / "not-parquet.parquet").write_text("sentence,label\nthe film,1\n")
+    (root / "empty.parquet").write_bytes(b"")
+    _jsonl(root / "null-label.jsonl", [{**row, "label": None if i == 2 else row["label"]} for i, row in enumerate(rows)])
+    _jsonl(root / "list-label.jsonl", [{**row, "label": [1] if i == 1 else row["label"]} for i, row in enumerate(rows)])
+    (root / "broken-array.json").write_text(json.dumps(rows)[:-40])
+    _jsonl(root / "number-text.jsonl", [{"sentence": i, "label": i % 2} for i in range(20)])
+    (root / "folder.csv").mkdir()
+    _save(root / "class-names", _sentences(8), _sentences(4, seed=1),
+          features=_features({"sentence": "string", "label": ["neg", "pos"]}))
+    return root
+
+
+def _features(columns: dict) -> object:
+    """datasets.Features: a column's dtype, or its class names (a ClassLabel)."""
+    import datasets
+
+    return datasets.Features({name: datasets.ClassLabel(names=kind) if isinstance(kind, list) else datasets.Value(kind)
+                              for name, kind in columns.items()})
+
+
+FILE = ["--text-columns", "sentence", "--label-column", "label", "--max-length", "32"]
+#: finetune {files}/cls-model on a file of {files}
+TUNE = ["finetune", "{files}/cls-model", "-o", "{out}", *SHORT, *FILE, "--dataset"]
+FILE_CASES: list[tuple[str, list[str], str]] = [
+    # issue 36, items 14-18
+    ("empty-jsonl", [*TUNE, "{files}/empty.jsonl"], "empty.jsonl is empty (0 bytes); a .jsonl data file holds one JSON"),
+    ("jsonl-mixed-labels-are-three-classes", [*TUNE, "{files}/mixed-labels.jsonl"],
+     "predicts 2 labels but task custom has 3"),  # "0", "1" and "pos", as the same rows in a CSV file
+    ("parquet-lists-of-words", [*TUNE, "{files}/words.parquet"],
+     "column 'sentence' of {files}/words.parquet holds lists of words, not texts"),
+    ("csv-empty-text-cell", [*TUNE, "{files}/empty-text.csv"],
+     "row 5 of {files}/empty-text.csv (counting from 1 below the header) has no text: column 'sentence' is empty"),
+    ("regression-on-class-names", [*TUNE, "{files}/named-scores.csv", "--metric", "pearson_spearman"],
+     "task custom is a regression (metric pearson_spearman), but row "),
+    # more of the same surfaces
+    ("jsonl-null-text", [*TUNE, "{files}/null-text.jsonl"], "line 3 of {files}/null-text.jsonl has no text"),
+    ("jsonl-blank-lines", [*TUNE, "{files}/blank.jsonl"], "its 3 lines are all blank"),
+    ("jsonl-invalid-line", [*TUNE, "{files}/bad-line.jsonl"], "line 6 of {files}/bad-line.jsonl is not valid JSON"),
+    ("jsonl-list-line", [*TUNE, "{files}/list-line.jsonl"], "line 4 of {files}/list-line.jsonl is a JSON list, not an object"),
+    ("jsonl-missing-text-column", [*TUNE, "{files}/other-columns.jsonl"], "has no column 'sentence' (columns: text, label)"),
+    ("jsonl-null-label", [*TUNE, "{files}/null-label.jsonl"], "line 3 of {files}/null-label.jsonl has no label"),
+    ("jsonl-list-among-labels", [*TUNE, "{files}/list-label.jsonl"],
+     "column 'label' of {files}/list-label.jsonl mixes kinds of value: line 1 holds a number, line 2 a list"),
+    ("jsonl-numbers-as-text", [*TUNE, "{files}/number-text.jsonl"], "column 'sentence' of {files}/number-text.jsonl holds "
+     "int values, not texts"),
+    ("json-broken-array", [*TUNE, "{files}/broken-array.json"], "broken-array.json is not valid JSON: "),
+    ("csv-latin1", [*TUNE, "{files}/latin1.csv"], "byte 0xe9 at offset 22 is not UTF-8; save it as UTF-8"),
+    ("csv-binary", [*TUNE, "{files}/binary.csv"], "binary.csv is not a text file: byte 0x00 at offset 0 is a NUL byte"),
+    ("csv-header-only", [*TUNE, "{files}/header-only.csv"], "has a header (sentence, label) but no rows"),
+    ("csv-ragged-row", [*TUNE, "{files}/ragged.csv"], "Expected 2 fields in line 4, saw 3"),
+    ("tsv-ragged-row", [*TUNE, "{files}/ragged.tsv"], "cannot read {files}/ragged.tsv as TSV"),
+    ("parquet-that-is-not", [*TUNE, "{files}/not-parquet.parquet"], "is not a parquet file, or it is damaged"),
+    ("parquet-empty", [*TUNE, "{files}/empty.parquet"], "empty.parquet is empty (0 bytes)"),
+    ("validation-file-bad-line", [*TUNE, "{data}/cls", "--validation-file", "{files}/bad-line.jsonl"],
+     "line 6 of {files}/bad-line.jsonl is not valid JSON"),
+    ("validation-file-is-a-directory", [*TUNE, "{data}/cls", "--validation-file", "{files}/folder.csv"],
+     "--validation-file {files}/folder.csv is not a file"),
+    ("regression-on-a-class-label", ["eval", "{files}/cls-model", "--dataset", "{files}/class-names", *FILE, "--metric",
+                                     "pearson_spearman"], "holds class names (neg, pos)"),
+    ("embeddings-empty-text-cell", ["importance", "{files}/st", "-o", "{out}", "--task", "embeddings", "--dataset",
+                                    "{files}/empty-text.csv", "--text-columns", "sentence", "--max-length", "32"],
+     "row 5 of {files}/empty-text.csv (counting from 1 below the header) has no text"),
+]
+
+
+@pytest.mark.parametrize(("name", "args", "expected"), FILE_CASES, ids=[c[0] for c in FILE_CASES])
+def test_bad_data_files_are_one_line_and_change_nothing(name, args, expected, files, data, world, tmp_path,  # noqa: F811
+                                                       capsys):
+    out = tmp_path / "out"
+    filled = _args([a.replace("{files}", str(files)) for a in args], data, world, out)
+    _check_refused(capsys, world, out, filled, expected.replace("{files}", str(files)), inputs=(files, data))
+
+
+def test_there_are_enough_data_file_cases():
+    assert len(FILE_CASES) >= 20
+
+
+def test_mixed_labels_read_alike_from_csv_and_jsonl(tmp_path, capsys):
+    """0, 1 and "pos" in one column: a CSV file reads them as the strings "0", "1" and "pos"; a
+    JSON lines file follows the same rule, so both train a head of the same three classes."""
+    from ghostify.data import label_kind, load_split, resolve_task
+
+    rows = [{**row, "label": [0, 1, "pos"][i % 3]} for i, row in enumerate(_sentences(30))]
+    task = resolve_task(None, text_columns=("sentence",), label_column="label")
+    kinds = {}
+    for path in (_csv(tmp_path / "mixed.csv", rows), _jsonl(tmp_path / "mixed.jsonl", rows)):
+        split = load_split(str(path), task, "train", validation_file=str(path))
+        kinds[path.suffix] = label_kind(split.rows, "label", dataset=str(path))
+    assert kinds[".csv"] == kinds[".jsonl"]
+    assert (kinds[".jsonl"].names, kinds[".jsonl"].strings) == (("0", "1", "pos"), True)
+    tiny_checkpoint(tmp_path / "base", head="base")
+    code, _, err = run_cli(capsys, "finetune", tmp_path / "base", "-o", tmp_path / "tuned", "--dataset",
+                           tmp_path / "mixed.jsonl", *FILE, *SHORT)
+    assert code == 0, err
+    config = json.loads((tmp_path / "tuned" / "config.json").read_text())
+    assert config["id2label"] == {"0": "0", "1": "1", "2": "pos"}
+
+
+@pytest.mark.filterwarnings("ignore:.*is a single data file")
+def test_a_bad_row_is_named_by_its_place_in_the_file_whichever_split_holds_it(tmp_path):
+    """A single file's validation rows are held out at random; either way the row named is the
+    file's (row 7 below the header, line 7 of JSON lines), not its index in the split."""
+    from ghostify.data import load_split, resolve_task
+    from ghostify.errors import DataError
+
+    rows = [{**row, "sentence": None if i == 6 else row["sentence"]} for i, row in enumerate(_sentences(30))]
+    task = resolve_task(None, text_columns=("sentence",), label_column="label")
+    for path, place in ((_csv(tmp_path / "f.csv", rows), "row 7 of"), (_jsonl(tmp_path / "f.jsonl", rows), "line 7 of")):
+        messages = []
+        for split in ("train", "validation"):
+            try:
+                load_split(str(path), task, split)
+            except DataError as exc:
+                messages.append(str(exc))
+        assert len(messages) == 1 and messages[0].startswith(f"{place} {path} "), messages
+
+
+def test_good_files_with_a_byte_order_mark_or_an_array_read(tmp_path):
+    """A BOM (Excel's UTF-8 CSV) is not part of the first column's name; a .json file may be one list."""
+    from ghostify.data import load_split, resolve_task
+
+    rows = _sentences(20)
+    task = resolve_task(None, text_columns=("sentence",), label_column="label")
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + _csv(tmp_path / "plain.csv", rows).read_bytes())
+    bom_lines = tmp_path / "bom.jsonl"
+    bom_lines.write_bytes(b"\xef\xbb\xbf" + _jsonl(tmp_path / "plain.jsonl", rows).read_bytes())
+    array = tmp_path / "array.json"
+    array.write_text(json.dumps(rows, indent=1))
+    for path in (bom, bom_lines, array):
+        split = load_split(str(path), task, "train", validation_file=str(path))
+        assert split.rows.column_names[0] == "sentence" and list(split.rows["sentence"]) == [r["sentence"] for r in rows]
+
+
+def test_lists_of_words_are_what_a_tagging_task_reads(tmp_path):
+    """The words of token classification are lists by design: a parquet file of them still reads."""
+    from ghostify.data import load_split, resolve_task
+
+    _parquet(tmp_path / "ner.parquet", {"tokens": [NER_ROW["tokens"]] * 8, "ner_tags": [NER_ROW["ner_tags"]] * 8})
+    task = resolve_task(None, columns={"tokens_column": "tokens", "tags_column": "ner_tags"})
+    split = load_split(str(tmp_path / "ner.parquet"), task, "train", validation_file=str(tmp_path / "ner.parquet"))
+    assert split.num_samples == 8 and split.rows[0]["tokens"] == NER_ROW["tokens"]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from ghostify.export.onnx import example_batch, input_names
 from ghostify.testing import tiny_checkpoint, tiny_sentence_transformer, write_toy_dataset
 
 from .conftest import run_cli
-from .test_bad_input import _beside, _check_refused, _fill, world  # noqa: F401
+from .test_bad_input import _beside, _check_refused, _fill, _snapshot, world  # noqa: F401
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -112,6 +112,7 @@ def models(tmp_path_factory) -> Path:
 EVAL = ["--dataset", "<toy>", "--text-columns", "sentence", "--max-length", "16"]
 BENCH = ["--rounds", "1", "--warmup", "0", "--seq-len", "8"]
 LEAVES = "which leaves the model directory"
+INT8 = ["--format", "onnx", "--quantize", "int8"]
 CASES: list[tuple[str, list[str], str]] = [
     # paths that a model's files name, leaving the model
     ("modules-parent-path", ["export", "<up>/model", "-o", "{out}"], LEAVES),
@@ -144,6 +145,11 @@ CASES: list[tuple[str, list[str], str]] = [
     ("output-name-300", ["export", "{m}", "-o", "{out}/../" + "a" * 300], "longer than the 255"),
     ("output-name-300-prune", ["prune", "{m}", "-o", "{out}/../" + "a" * 300, "--width", "0.5"], "longer than the 255"),
     ("output-name-250", ["export", "{m}", "-o", "{out}/../" + "b" * 250], "temporary sibling"),
+    # `--keep-fp32 ''` (an unset shell variable, say) names nothing: not the flag left out
+    ("keep-fp32-empty", ["export", "{m}", "-o", "{out}", *INT8, "--keep-fp32", ""], "--keep-fp32 '' names an empty module"),
+    ("keep-fp32-commas", ["export", "{m}", "-o", "{out}", *INT8, "--keep-fp32", " , "], "names an empty module"),
+    ("keep-fp32-trailing-comma", ["export", "{m}", "-o", "{out}", *INT8, "--keep-fp32", "task-head,"],
+     "--keep-fp32 'task-head,' names an empty module"),
 ]
 
 
@@ -160,6 +166,182 @@ def test_export_and_model_paths_refuse_in_one_line(name, args, expected, world, 
 
 def test_there_are_enough_export_cases():
     assert len(CASES) >= 14
+
+
+# ----------------------------------------------------------------------------------------------
+# training.json and the history, read by export's model card and by info: a damaged one costs
+# the card (or info) its metrics or that history line, said in one warning, not the command
+# ----------------------------------------------------------------------------------------------
+def _edit_json(path: Path, edit) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def _edit_history(path: Path, edit) -> None:
+    """``edit(history)`` in place, or the history replaced by ``edit`` when it is not a function."""
+    def history(config):
+        if callable(edit):
+            edit(config["ghostify"]["history"])
+        else:
+            config["ghostify"]["history"] = edit
+
+    _edit_json(path / "config.json", history)
+
+
+def _set(key: str, value):
+    """An edit of a mapping (or the first evaluation of training.json, for keys under "eval.")."""
+    def edit(data):
+        if key.startswith("eval."):
+            data["evaluations"][0]["eval"][key[5:]] = value
+        elif key == "eval":
+            data["evaluations"][0]["eval"] = value
+        else:
+            data[key] = value
+    return edit
+
+
+@pytest.fixture(scope="session")
+def trained(world, tmp_path_factory) -> Path:
+    """A fine-tuned checkpoint (training.json, a history with a pruning and a fine-tuning step) and
+    copies of it with training.json or the history damaged."""
+    root = tmp_path_factory.mktemp("damaged-records")
+    with pytest.warns(UserWarning):
+        steps.prune(world / "m", root / "pruned", width="0.5")
+    steps.finetune(root / "pruned", root / "good", dataset=str(world / "toy"), text_columns=("sentence",),
+                   epochs=1, batch_size=16, max_length=16)
+    training = {
+        "eval-list": _set("eval", [0.5, 0.7]),  # issue 36, item 20
+        "eval-null": _set("eval", None),
+        "metric-string": _set("eval.accuracy", "0.9"),
+        "evaluations-mapping": _set("evaluations", {"1": {"eval": {"accuracy": 0.5}}}),
+        "best-step-text": _set("best_step", "last"),
+        "baseline-list": _set("constant_baseline", [0.5]),
+    }
+    for name, edit in training.items():
+        _edit_json(_copy(root / "good", root / f"training-{name}") / "training.json", edit)
+    (_copy(root / "good", root / "training-not-json") / "training.json").write_text("{\"steps\": 3,")
+    (_copy(root / "good", root / "training-a-list") / "training.json").write_text("[1, 2]")
+    (_copy(root / "good", root / "training-latin1") / "training.json").write_bytes(b'{"note": "caf\xe9"}')
+    (_copy(root / "good", root / "training-directory") / "training.json").unlink()
+    (root / "training-directory" / "training.json").mkdir()
+    histories = {
+        "arguments-string": lambda h: h[0].__setitem__("arguments", "width=0.5"),  # issue 36, item 21
+        "entry-number": lambda h: h.__setitem__(0, 3),
+        "command-list": lambda h: h[1].__setitem__("command", ["finetune"]),
+        "task-list": lambda h: h[1]["arguments"].__setitem__("task", ["sst2"]),
+        "dataset-number": lambda h: h[1]["arguments"].__setitem__("dataset", 5),
+        "time-number": lambda h: h[0].__setitem__("time", 1700000000),
+        "two-damaged": lambda h: (h[0].__setitem__("arguments", None), h[1].__setitem__("command", None)),
+    }
+    for name, edit in histories.items():
+        _edit_history(_copy(root / "good", root / f"history-{name}"), edit)
+    _edit_history(_copy(root / "good", root / "history-a-string"), "prune then finetune")
+    _edit_history(_copy(root / "good", root / "history-a-mapping"), {"0": {"command": "prune"}})
+    (_copy(root / "good", root / "card-directory") / "README.md").unlink()
+    (root / "card-directory" / "README.md").mkdir()
+    return root
+
+
+def _check_warned(capsys, world: Path, out: Path, args: list[str], expected: str | None, *, inputs: tuple[Path, ...]):
+    """The command succeeds with one `warning:` line containing ``expected`` (None: no warning),
+    no error and no traceback, and every input is as it was."""
+    roots = (world, *inputs)
+    before = [_snapshot(r) for r in roots]
+    code, stdout, stderr = run_cli(capsys, *args)
+    warned = [line for line in stderr.splitlines() if line.startswith("warning:")]
+    assert code == 0, stderr
+    assert not [line for line in stderr.splitlines() if line.startswith("error:")], stderr
+    assert "Traceback" not in stdout + stderr
+    if expected is None:
+        assert warned == [], stderr
+    else:
+        assert len(warned) == 1 and expected in warned[0], stderr
+    assert [_snapshot(r) for r in roots] == before, "an input changed"
+    return stdout
+
+
+#: (id, the damaged checkpoint, what the one warning says; None: no warning)
+DAMAGED_TRAINING = [
+    ("eval-list", "evaluation 1 has no mapping of metrics under eval"),
+    ("eval-null", "evaluation 1 has no mapping of metrics under eval"),
+    ("metric-string", "metric accuracy of evaluation 1 is '0.9', not a number"),
+    ("evaluations-mapping", "evaluations is a dict, not a list"),
+    ("best-step-text", "best_step is 'last', not a step number"),
+    ("baseline-list", "constant_baseline is not a mapping"),
+    ("not-json", "it cannot be read as JSON"),
+    ("a-list", "a JSON list, not an object"),
+    ("latin1", "it cannot be read as JSON"),
+    ("directory", "it cannot be read as JSON"),
+]
+
+
+@pytest.mark.parametrize(("name", "expected"), DAMAGED_TRAINING, ids=[c[0] for c in DAMAGED_TRAINING])
+def test_a_damaged_training_json_costs_the_card_its_metrics_not_the_export(name, expected, world, trained, tmp_path,
+                                                                           capsys):
+    out = tmp_path / "out"
+    source = trained / f"training-{name}"
+    _check_warned(capsys, world, out, ["export", source, "-o", out], f"{source / 'training.json'} is damaged ({expected}",
+                  inputs=(trained,))
+    card = (out / "README.md").read_text()
+    assert "## Evaluation" not in card and "model-index" not in card and "## Compression history" in card
+
+
+def test_an_intact_training_json_gives_the_card_its_metrics(world, trained, tmp_path, capsys):
+    out = tmp_path / "out"
+    _check_warned(capsys, world, out, ["export", trained / "good", "-o", out], None, inputs=(trained,))
+    assert "## Evaluation" in (out / "README.md").read_text()
+
+
+#: (id, what the one warning says)
+DAMAGED_HISTORY = [
+    ("arguments-string", "history entry 1 of {source}/config.json is damaged (its arguments are a str, not a mapping)"),
+    ("entry-number", "history entry 1 of {source}/config.json is damaged (an int, not a mapping)"),
+    ("command-list", "history entry 2 of {source}/config.json is damaged (its command is ['finetune']"),
+    ("task-list", "(its argument task is ['sst2'], not a string)"),
+    ("dataset-number", "(its argument dataset is 5, not a string)"),
+    ("time-number", "(its time is 1700000000, not a date)"),
+    ("two-damaged", "history entry 1 of {source}/config.json is damaged (its arguments are a missing value, not a "
+                    "mapping) (and 1 more entries)"),
+    ("a-string", "the history in {source}/config.json is a str, not a list of steps"),
+    ("a-mapping", "the history in {source}/config.json is a dict, not a list of steps"),
+]
+
+
+@pytest.mark.parametrize(("name", "expected"), DAMAGED_HISTORY, ids=[c[0] for c in DAMAGED_HISTORY])
+@pytest.mark.parametrize("command", ["export", "info"])
+def test_a_damaged_history_entry_costs_its_line_not_the_command(command, name, expected, world, trained, tmp_path,
+                                                                 capsys):
+    out = tmp_path / "out"
+    source = trained / f"history-{name}"
+    args = ["export", source, "-o", out] if command == "export" else ["info", source, "--json"]
+    stdout = _check_warned(capsys, world, out, args, expected.format(source=source), inputs=(trained,))
+    intact = json.loads((trained / "good" / "config.json").read_text())["ghostify"]["history"]
+    damaged = json.loads((source / "config.json").read_text())["ghostify"]["history"]
+    kept = [entry for entry in intact if isinstance(damaged, list) and entry in damaged]
+    if command == "info":
+        assert json.loads(stdout)["history"] == kept
+    else:
+        card = (out / "README.md").read_text()
+        assert card.count("`ghostify prune`") == sum(e["command"] == "prune" for e in kept)
+        assert card.count("`ghostify finetune`") == sum(e["command"] == "finetune" for e in kept)
+        assert json.loads((out / "config.json").read_text())["ghostify"]["history"] == kept  # and in its record
+
+
+def test_info_prints_a_history_with_a_damaged_entry_as_a_table(world, trained, capsys):
+    code, out, err = run_cli(capsys, "info", trained / "history-arguments-string")
+    assert code == 0 and "history: finetune" in out and "history: prune" not in out, err
+
+
+def test_a_card_that_is_a_directory_does_not_stop_the_export(world, trained, tmp_path, capsys):
+    """The input's README.md is never read: the export writes its own card."""
+    out = tmp_path / "out"
+    _check_warned(capsys, world, out, ["export", trained / "card-directory", "-o", out], None, inputs=(trained,))
+    assert (out / "README.md").is_file()
+
+
+def test_there_are_enough_record_cases():
+    assert len(DAMAGED_TRAINING) + len(DAMAGED_HISTORY) >= 15
 
 
 def test_a_full_tmpdir_during_the_check_blames_the_disk_not_the_model(world, tmp_path, capsys, monkeypatch):

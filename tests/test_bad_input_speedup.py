@@ -4,16 +4,21 @@ missing, broken or of another shape, and a target out of the latency model's rea
 
 from __future__ import annotations
 
+import importlib
 import json
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ghostify.latency_model import Deployment, Geometry, LatencyModel
 from ghostify.testing import FFN, HEADS, HIDDEN, LAYERS
 
-from .test_bad_input import _check_refused, _fill, world  # noqa: F401
+from .conftest import run_cli
+from .test_bad_input import _beside, _check_refused, _env, _fill, _snapshot, world  # noqa: F401
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -41,6 +46,13 @@ def latencies(tmp_path_factory) -> Path:
     write("incomplete", text=json.dumps({k: v for k, v in GOOD.to_dict().items() if k != "head_ms"}))
     write("free", replace(GOOD, base_ms=0.0, layer_ms=0.0, head_ms=0.0, neuron_ms=0.0))
     (root / "empty").mkdir()
+    # each cost finite, their sum not (issue 36, item 10); a cost below 0; timed rows that print nothing sane
+    write("huge", replace(GOOD, base_ms=1e308, layer_ms=1e308, head_ms=1e308, neuron_ms=1e308))
+    write("negative", replace(GOOD, head_ms=-0.25))
+    row = {"name": "dense", "heads": [HEADS] * LAYERS, "neurons": [FFN] * LAYERS, "measured_ms": 4.5, "predicted_ms": 4.48}
+    write("row-without-predicted", replace(GOOD, validation=[{k: v for k, v in row.items() if k != "predicted_ms"}]))
+    write("row-measured-zero", replace(GOOD, validation=[{**row, "measured_ms": 0}]))
+    write("row-widths", replace(GOOD, probes=[{**row, "neurons": [FFN]}]))
     return root
 
 
@@ -76,6 +88,13 @@ CASES: list[tuple[str, list[str], str]] = [
      "4 heads, FFN 37"),
     ("latency-other-family", [*SPEEDUP, "--latency", "<other-family>"], "was measured for RoBERTa, 2 layers"),
     ("latency-other-depth", [*SPEEDUP, "--latency", "<other-depth>"], "was measured for BERT, 3 layers"),
+    ("latency-costs-sum-to-infinity", [*SPEEDUP, "--latency", "<huge>"],
+     "whose sum for the dense model is inf ms, not a finite number"),
+    ("latency-negative-cost", [*SPEEDUP, "--latency", "<negative>"], "each must be a finite number of milliseconds, 0 or more"),
+    ("latency-row-without-predicted", [*SPEEDUP, "--latency", "<row-without-predicted>"],
+     "has a malformed validation[0]: predicted_ms = None, not a finite number"),
+    ("latency-row-measured-zero", [*SPEEDUP, "--latency", "<row-measured-zero>"], "measured_ms = 0: a forward pass"),
+    ("latency-row-widths", [*SPEEDUP, "--latency", "<row-widths>"], "probes[0]: heads = [4, 4] and neurons = [37]"),
     # out of reach: even 1 head and 1 neuron per layer give 2.91x
     ("speedup-out-of-reach", [*PRUNE, "--speedup", "3", *LATENCY],
      "out of reach: even 1 head and 1 FFN neuron per layer predict 1.54 ms, a speed-up of at most 2.91x"),
@@ -107,3 +126,183 @@ def test_a_recipe_stage_takes_the_same_settings(world, latencies, tmp_path, caps
     recipe.write_text(f"model: {world / 'scored'}\nstages:\n  - prune: {{speedup: 2, latncy: x}}\n")
     code, _, err = run_cli(capsys, "run", recipe, "-o", tmp_path / "runs", "--dry-run")
     assert code != 0 and "latency" in err  # the key is known: a misspelling is pointed at it
+
+
+# ----------------------------------------------------------------------------------------------
+# compress (issue 36, items 11-13): a latency model that predicts no speed-up, a damaged allocation.json,
+# and two runs on one output at once
+# ----------------------------------------------------------------------------------------------
+COMPRESS = ["compress", "{m}", "-o", "{out}", "--dataset", "{toy}", "--text-columns", "sentence", "--label-column",
+            "label", "--max-length", "32", "--max-samples", "32", "--importance-samples", "16", "--rounds", "3",
+            "--runtime", "pytorch"]
+
+
+def _costs(monkeypatch, tmp_path: Path, **costs: float) -> None:
+    """``ghostify latency`` fits these costs instead of timing (a tiny model's are near the timer's noise)."""
+    latency_step = importlib.import_module("ghostify.steps.latency")  # the module, not the step it exports
+
+    def fixed(config, geometry, deployment, machine, **kwargs):
+        return LatencyModel(geometry, deployment, machine, **costs)
+
+    monkeypatch.setenv("GHOSTIFY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(latency_step, "measure", fixed)
+
+
+def _check_one_error(capsys, world: Path, out: Path, args: list[str], expected: str, *, code: int = 2,  # noqa: F811
+                     kept: tuple[Path, ...] = ()) -> str:
+    """``_check_refused`` for a command that may have written ``out`` before it refused (compress's latency stage):
+    one `error:` line, no traceback, the inputs and the ``kept`` trees byte-identical, nothing beside ``out``."""
+    roots = (world, *kept)
+    before, beside = [_snapshot(r) for r in roots], _beside(out) | {out.name}
+    exit_code, stdout, stderr = run_cli(capsys, *args)
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert exit_code == code, stderr
+    assert len(errors) == 1 and expected in errors[0], stderr
+    assert "Traceback" not in stdout + stderr and "unexpected" not in stderr
+    assert [_snapshot(r) for r in roots] == before, "an input changed"
+    assert _beside(out) <= beside, f"left beside the output: {_beside(out) - beside}"
+    return errors[0]
+
+
+@pytest.mark.parametrize("drop_layers", [False, True], ids=["heads-and-neurons", "drop-layers-too"])
+def test_compress_never_advises_a_speedup_it_refuses(drop_layers, world, tmp_path, capsys, monkeypatch):  # noqa: F811
+    """Item 11: with free heads and neurons, "ask for 1 or less"; now what predicts no speed-up, and what to do."""
+    _costs(monkeypatch, tmp_path, base_ms=1.0, layer_ms=0.1, head_ms=0.0, neuron_ms=0.0)
+    out = tmp_path / "runs" / "out"  # the cache is beside runs/
+    args = _fill([*COMPRESS, "--speedup", "1.5", *(["--drop-layers"] if drop_layers else [])], world, out)
+    error = _check_one_error(capsys, world, out, args, "the latency model predicts no speed-up from pruning heads and "
+                             "FFN neurons (at most 1.00x" if not drop_layers else "predicts no speed-up")
+    assert "ask for" not in error and "--refresh" in error
+    assert ("--drop-layers" in error) != drop_layers  # advised only where it was not asked for
+    assert [p.name for p in (out / "stages").iterdir() if p.is_dir()] == ["01-latency"]  # refused before any training
+
+
+def _fake_stages(monkeypatch) -> list[float]:
+    """compress with its stages and timings replaced (the allocation.json reader is what is tested): returns the
+    speed-ups each allocation was asked for."""
+    from ghostify.recipe import compress as compress_module
+
+    allocations: list[float] = []
+
+    def allocate(recipe, run_dir, deployment, rounds, say, dense_exports=None, allocated=None):
+        speedup = next(s for s in recipe.stages if s.name == "prune").settings["speedup"]
+        allocations.append(speedup)
+        return {"allocated_for": speedup, "predicted": 2.0, "measured": 1.98, "rounds": rounds}
+
+    monkeypatch.setattr(compress_module, "_check_reachable", lambda *a: None)
+    monkeypatch.setattr(compress_module, "_against_uniform", lambda *a: None)
+    monkeypatch.setattr(compress_module, "_allocate_and_measure", allocate)
+    monkeypatch.setattr(compress_module, "run_recipe", lambda *a, **k: None)
+    monkeypatch.setattr(compress_module, "_measure", lambda *a, **k: {"measured": 1.98})
+    monkeypatch.setattr(compress_module, "_report", lambda *a, **k: {"measured_speedup": 1.98, "target_speedup": 2,
+                                                                     "model_dir": "final"})
+    monkeypatch.setattr(compress_module, "_write_report", lambda out, report: None)
+    return allocations
+
+
+#: (id, how allocation.json is damaged, what the one warning says). Item 12: `attempts: [{}]` was an unexpected
+#: KeyError: 'measured'; every damage is now ignored with one warning and the allocation made again
+ALLOCATIONS: list[tuple[str, Any, str]] = [
+    ("attempts-of-empty-mappings", lambda a: a.__setitem__("attempts", [{}]), "attempts[0].allocated_for = None"),
+    ("choice-not-a-mapping", lambda a: a.__setitem__("choice", "uniform"), "choice = 'uniform', neither null nor"),
+    ("choice-of-a-bad-width", lambda a: a.__setitem__("choice", {"chosen": "uniform", "width": "7/0"}),
+     "choice.width = '7/0', not a width"),
+    ("attempts-empty", lambda a: a.__setitem__("attempts", []), "attempts = [], not a list of measured allocations"),
+    ("attempts-not-a-list", lambda a: a.__setitem__("attempts", "twice"), "attempts = 'twice'"),
+    ("measured-not-a-number", lambda a: a["attempts"][0].__setitem__("measured", float("nan")),
+     "attempts[0].measured = nan, not a positive number"),
+    ("measured-a-string", lambda a: a["attempts"][0].__setitem__("measured", "1.98"), "attempts[0].measured = '1.98'"),
+    ("allocated-for-one", lambda a: a.__setitem__("allocated_for", 1), "allocated_for = 1, not a speed-up above 1"),
+    ("keep-layers-negative", lambda a: a.__setitem__("keep_layers", [-1]), "keep_layers = [-1], neither null nor"),
+    ("not-an-object", lambda a: (a.clear(), a.__setitem__("x", 1)), "not a JSON object with the settings of a run"),
+    ("not-json", None, "not readable JSON"),
+]
+
+
+@pytest.mark.parametrize(("name", "damage", "warning"), ALLOCATIONS, ids=[a[0] for a in ALLOCATIONS])
+def test_a_damaged_allocation_is_made_again_with_one_warning(name, damage, warning, world, tmp_path, capsys,  # noqa: F811
+                                                             monkeypatch):
+    allocations = _fake_stages(monkeypatch)
+    out = tmp_path / "out"
+    args = _fill([*COMPRESS, "--speedup", "2"], world, out)
+    code, _, err = run_cli(capsys, *args)
+    assert code == 0 and allocations == [2.0], err
+    saved = json.loads((out / "allocation.json").read_text())
+    code, _, err = run_cli(capsys, *args)  # a good file: kept, no warning
+    assert code == 0 and allocations == [2.0] and "the allocation of the earlier run" in err and "warning" not in err
+    if damage is None:
+        (out / "allocation.json").write_text('{"settings": ')
+    else:
+        damage(saved)
+        (out / "allocation.json").write_text(json.dumps(saved))
+    before = _snapshot(world)
+    code, stdout, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert "Traceback" not in stdout + err and not [line for line in err.splitlines() if line.startswith("error:")]
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and f"ignoring {out / 'allocation.json'}: " in warnings[0] and warning in warnings[0], err
+    assert "the allocation is made again" in warnings[0]
+    assert allocations == [2.0, 2.0]  # allocated again
+    assert json.loads((out / "allocation.json").read_text())["attempts"][0]["measured"] == 1.98  # and saved again
+    assert _snapshot(world) == before
+
+
+#: `python -m ghostify ARGS`, but pausing once the latency model is being measured (compress's first stage)
+PAUSED_LATENCY = """\
+import importlib, runpy, sys, time
+latency = importlib.import_module("ghostify.steps.latency")
+def paused(*args, **kwargs):
+    print("MEASURING", flush=True)
+    time.sleep(120)
+latency.measure = paused
+sys.argv = ["ghostify", *sys.argv[1:]]
+runpy.run_module("ghostify", run_name="__main__")
+"""
+
+
+def _paused(script: str, args: list[str], cache: Path) -> subprocess.Popen:
+    """A ghostify run in another process, paused mid-way by ``script`` (it prints one line when it pauses)."""
+    env = dict(_env(), GHOSTIFY_CACHE=str(cache))
+    return subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def test_a_second_compress_on_one_output_is_refused_while_the_first_runs(world, tmp_path, capsys, monkeypatch):  # noqa: F811
+    """Item 13: two compress runs into one -o at once interleaved (one died of an unexpected FileNotFoundError)."""
+    from ghostify.files import output_lock
+
+    out = tmp_path / "out"
+    args = _fill([*COMPRESS, "--speedup", "1.5"], world, out)
+    first = _paused(PAUSED_LATENCY, args[:], tmp_path / "cache")
+    try:
+        assert first.stdout.readline().strip() == "MEASURING", first.stderr.read()
+        monkeypatch.setenv("GHOSTIFY_CACHE", str(tmp_path / "cache"))
+        error = _check_one_error(capsys, world, out, args, f"{out} is in use by another ghostify run "
+                                 f"(process {first.pid}); wait for it to finish, or choose another -o", kept=(out,))
+        assert error.startswith("error: ")
+    finally:
+        first.kill()  # SIGKILL: the OS releases its lock
+        first.communicate(timeout=60)
+    with output_lock(out):  # a killed run leaves no stale lock: its re-run goes on
+        pass
+
+
+def test_a_second_run_of_a_recipe_on_one_output_is_refused_and_a_killed_run_resumes(world, tmp_path, capsys):  # noqa: F811
+    """Item 13: two `ghostify run` into one -o at once (one removed the other's temporary stage as a leftover)."""
+    from .test_bad_input import PAUSED_WRITE
+
+    out = tmp_path / "run"
+    args = ["run", str(world / "r.yaml"), "-o", str(out)]
+    first = _paused(PAUSED_WRITE, args, tmp_path / "cache")
+    try:
+        assert first.stdout.readline().strip() == "WRITING", first.stderr.read()
+        assert any(p.name.startswith(".01-prune.tmp-") for p in out.iterdir())  # mid-write indeed
+        _check_one_error(capsys, world, out, args, f"{out} is in use by another ghostify run (process {first.pid})",
+                         kept=(out,))
+    finally:
+        first.kill()
+        first.communicate(timeout=60)
+    code, _, err = run_cli(capsys, *args)  # killed with -9: nothing holds the lock, and the run completes
+    assert code == 0, err
+    assert (out / "02-attach-ghost" / "config.json").is_file()
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no temporary stage, and no lock file

@@ -43,6 +43,15 @@ def test_compress_runs_the_stages_of_the_shipped_recipe(world):
     assert generated.left_out == shipped.left_out == ["05-attach-ghost"]
 
 
+def test_compress_without_training_runs_the_stages_of_the_retraining_free_recipe(world):
+    shipped = recipes.load(REPO / "recipes" / "retraining-free.yaml", [f"model={world / 'model'}"])
+    raw = compress_recipe(str(world / "model"), speedup=1.5, deployment=Deployment(), budget=BUDGETS["none"],
+                          data={"dataset": "nyu-mll/glue", "task": "sst2"}, ghosts=False, teacher="${model}", seed=0)
+    generated = validate(RecipeSource(yaml.safe_dump(raw, sort_keys=False), "compress"), raw)
+    assert _stages(generated) == _stages(shipped)
+    assert not any(s.command.trains for s in generated.stages)
+
+
 def test_a_model_without_a_head_gets_a_teacher_stage_first(world):
     raw = compress_recipe(str(world / "model"), speedup=2, deployment=Deployment(runtime="pytorch"),
                           budget=BUDGETS["quick"], data={"task": "sst2"}, ghosts=True, teacher=None, seed=3)
@@ -78,7 +87,7 @@ def test_a_missed_speedup_is_reallocated_once_with_the_measured_correction(world
     """Measured 1.5x where 2.0x was predicted: the second allocation asks for 2 x 2.0 / 1.5."""
     allocations = []
 
-    def fake_measure(recipe, run_dir, deployment, rounds, say, dense_exports=None):
+    def fake_measure(recipe, run_dir, deployment, rounds, say, dense_exports=None, allocated=None):
         speedup = recipe.stages[[s.name for s in recipe.stages].index("prune")].settings["speedup"]
         allocations.append(speedup)
         measured = 1.5 if len(allocations) == 1 else 2.02
@@ -88,6 +97,7 @@ def test_a_missed_speedup_is_reallocated_once_with_the_measured_correction(world
 
     ran = []
     monkeypatch.setattr(compress_module, "_check_reachable", lambda *a: None)
+    monkeypatch.setattr(compress_module, "_against_uniform", lambda *a: None)
     monkeypatch.setattr(compress_module, "_allocate_and_measure", fake_measure)
     monkeypatch.setattr(compress_module, "run_recipe", lambda recipe, run_dir, on_stage=None: ran.append(recipe))
     monkeypatch.setattr(compress_module, "_measure", lambda *a, **k: {"measured": 2.02, "dense_ms": 2.0,
@@ -110,6 +120,7 @@ def test_a_missed_speedup_is_reallocated_once_with_the_measured_correction(world
 def test_a_speedup_within_tolerance_is_not_reallocated(world, tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(compress_module, "_check_reachable", lambda *a: None)
+    monkeypatch.setattr(compress_module, "_against_uniform", lambda *a: None)
     monkeypatch.setattr(compress_module, "_allocate_and_measure",
                         lambda recipe, *a: calls.append(1) or {"allocated_for": 2, "predicted": 2.0, "measured": 1.92})
     monkeypatch.setattr(compress_module, "run_recipe", lambda *a, **k: None)
@@ -200,3 +211,54 @@ def test_a_rerun_after_a_reallocation_redoes_nothing(world, tmp_path, monkeypatc
     assert "the allocation of the earlier run" in err and ": running" not in err
     assert {p.name: (p / "stage.json").read_text() for p in (out / "stages").iterdir()
             if (p / "stage.json").is_file()} == stamps
+
+
+def _without_training(world: Path, out: Path, *extra: str) -> list:
+    """The toy arguments for --budget none, which trains nothing (so takes no --max-samples)."""
+    args = _toy_args(world, out, "--budget", "none", *extra)
+    at = args.index("--max-samples")
+    return args[:at] + args[at + 2:]
+
+
+def test_compress_without_training_prunes_tunes_and_ships(world, tmp_path, capsys, fixed_latency):
+    """--budget none: importance, the search, rearrangement, mask tuning, eval; no distill or finetune stage."""
+    out = tmp_path / "out"
+    code, stdout, err = run_cli(capsys, *_without_training(world, out, "--speedup", "1.1", "--runtime", "pytorch"))
+    assert code == 0, err
+    report = json.loads((out / "report.json").read_text())
+    assert report["retraining_free"] and report["budget"] == "none" and report["metrics"]
+    stages = sorted(p.name for p in (out / "stages").iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert stages == ["01-latency", "02-teacher-eval", "03-importance", "04-prune", "05-final-eval"]
+    history = json.loads((out / "stages" / "04-prune" / "config.json").read_text())["ghostify"]["history"]
+    prune = history[-1]["arguments"]
+    assert prune["tune_masks"] == BUDGETS["none"].tune_masks and prune["tuned"]["examples"] == 48  # all the toy rows
+    assert prune["criterion"] == "fisher" and "rearranged" in prune
+    assert report["model_dir"].endswith("04-prune")
+    assert "retraining-free" in (out / "report.md").read_text()
+    assert report["against_uniform"]["chosen"] in ("search", "uniform")
+
+
+@pytest.mark.parametrize("extra, flag", [(["--ghosts"], "--ghosts"), (["--epochs", "2"], "--epochs")])
+def test_training_settings_are_refused_without_training(world, tmp_path, capsys, extra, flag):
+    code, out, err = run_cli(capsys, *_without_training(world, tmp_path / "out", "--speedup", "1.5", *extra))
+    assert code == 2 and f"--budget none trains nothing, so {flag} has nothing to set" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_uniform_width_replaces_the_search_when_it_is_closer_to_the_teacher(world, tmp_path, capsys, fixed_latency,
+                                                                            monkeypatch):
+    from ghostify.steps import fidelity
+
+    monkeypatch.setattr(fidelity, "teacher_gap", lambda models, *a, **k: [0.5, 0.25])  # search, uniform
+    out = tmp_path / "out"
+    args = _without_training(world, out, "--speedup", "1.1", "--runtime", "pytorch")
+    code, stdout, err = run_cli(capsys, *args)
+    assert code == 0, err
+    report = json.loads((out / "report.json").read_text())
+    choice = report["against_uniform"]
+    assert choice["chosen"] == "uniform" and report["allocations"][-1]["allocation"] == "uniform"
+    prune = json.loads((out / "stages" / "04-prune" / "config.json").read_text())["ghostify"]["history"][-1]["arguments"]
+    assert prune["width"] == choice["width"] and prune.get("speedup") is None
+    assert "uniform width replaced the search" in (out / "report.md").read_text()
+    code, stdout, err = run_cli(capsys, *args)  # again: the choice is kept, nothing runs
+    assert code == 0 and "the allocation of the earlier run" in err and ": running" not in err

@@ -208,4 +208,4 @@ def test_compress_with_drop_layers_ends_with_fewer_layers(tmp_path, capsys, monk
     assert "weight magnitude" not in err
     pruned = json.loads((stages["prune"] / "config.json").read_text())["ghostify"]["history"][-1]["arguments"]
     assert pruned["importance"] == str(stages["rescored"] / "importance.safetensors")
-    assert pruned["criterion"] == "loss-gradient"
+    assert pruned["criterion"] == "fisher"

@@ -219,10 +219,11 @@ def test_an_identity_layer_scores_lowest_and_is_dropped_first(tmp_path, toy):
     model = _identity_layer_checkpoint(tmp_path / "m", layer=2)
     scores = steps.importance(model, tmp_path / "scored", dataset=str(toy), **TOY, samples=16, max_length=32)
     assert scores.layers[2] == 0 and (scores.layers[[0, 1, 3]] > 0).all()
+    assert scores.fisher.layers[2] == 0 and (scores.fisher.layers[[0, 1, 3]] > 0).all()
     assert ImportanceScores.load(tmp_path / "scored").layers.tolist() == scores.layers.tolist()  # in the file
     record = steps.drop_layers(tmp_path / "scored", tmp_path / "out", keep=3)
     assert record.entry("dropped_layers")["kept"] == [0, 1, 3]
-    assert record.history[-1]["arguments"]["criterion"] == "loss-gradient"
+    assert record.history[-1]["arguments"]["criterion"] == "fisher"
     batch = tiny_batch()
     with torch.no_grad():  # dropping an identity layer changes nothing
         torch.testing.assert_close(load_model(tmp_path / "out")(**batch).logits, load_model(model)(**batch).logits)

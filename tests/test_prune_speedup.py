@@ -134,9 +134,10 @@ def test_neurons_go_in_groups_of_the_lowest():
 
 def test_weight_magnitude_scores_are_put_on_one_scale():
     heads, ffn = [torch.tensor([2.0, 6.0])], [torch.tensor([1.0, 3.0, 4.0])]
-    same = comparable_scores(heads, ffn, {"samples": 8})  # loss-gradient: as they are
-    assert same[0][0] is heads[0] and same[1][0] is ffn[0]
-    h, f = comparable_scores(heads, ffn, {"criterion": "weight-magnitude"})
+    for criterion in ("loss-gradient", "fisher"):  # the loss criteria: as they are
+        same = comparable_scores(heads, ffn, criterion)
+        assert same[0][0] is heads[0] and same[1][0] is ffn[0]
+    h, f = comparable_scores(heads, ffn, "weight-magnitude")
     assert torch.allclose(h[0], torch.tensor([0.25, 0.75], dtype=torch.float64))
     assert torch.allclose(f[0], torch.tensor([0.125, 0.375, 0.5], dtype=torch.float64))
 

@@ -51,6 +51,16 @@ app = _Ghostify(
 )
 
 
+#: what runs as the command line is read, unless it asks only for --version: the plug-ins' commands join then
+#: (``commands/methods.py`` adds them), so that --version loads no plug-in and a broken one warns in one line
+BEFORE_COMMANDS: list[Callable[[], None]] = []
+
+
+def sort_commands() -> None:
+    """--help lists the commands by name, wherever (and whenever: plug-ins join late) they were declared."""
+    app.registered_commands.sort(key=lambda command: command.name or command.callback.__name__.replace("_", "-"))
+
+
 def version_line() -> str:
     """ghostify's version and those of the libraries it runs on, read from the installed packages'
     metadata (importing torch only to ask it would take seconds)."""
@@ -79,10 +89,13 @@ def _options(
 DEBUG_VARIABLE = "GHOSTIFY_DEBUG"
 
 
-def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+def _one_line_warning(message, category, filename, lineno, file=None, line=None, *, said: set[str]) -> None:
     if not is_main_process():  # under accelerate launch every process warns alike: say it once
         return
     text = str(message).strip().splitlines()[0] if str(message).strip() else category.__name__
+    if text in said:  # a file read more than once in a run (a checkpoint's record is) is one warning
+        return
+    said.add(text)
     print(f"warning: {text}", file=sys.stderr)
 
 
@@ -108,16 +121,29 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings(), terminate_on_signals():
             warnings.simplefilter("always", UserWarning)  # each run says its warnings, once per call
             if not debug:
-                warnings.showwarning = _one_line_warning
+                warnings.showwarning = functools.partial(_one_line_warning, said=set())
             return _run(argv, debug)
     except Terminated as exc:  # arrived while the outcome was being reported
         print(f"error: {exc.message}", file=sys.stderr)
         return 128 + exc.signum
 
 
+def _asks_for_version(argv: list[str] | None) -> bool:
+    """Whether ``--version`` comes before any command: it prints and exits first, so no plug-in need load."""
+    for arg in sys.argv[1:] if argv is None else argv:
+        if arg == "--version":
+            return True
+        if not arg.startswith("-"):
+            return False
+    return False
+
+
 def _run(argv: list[str] | None, debug: bool) -> int:
     try:
         try:
+            if not _asks_for_version(argv):
+                for prepare in BEFORE_COMMANDS:  # a broken plug-in: one warning each (warnings are one line by now)
+                    prepare()
             result = app(args=argv, prog_name="ghostify", standalone_mode=False)
         finally:  # a signal whose exception a library swallowed, or turned into another error
             Terminated.raise_if_arrived()

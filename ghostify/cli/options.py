@@ -33,6 +33,12 @@ def split_columns(text: str | None) -> tuple[str, ...] | None:
     return columns or None
 
 
+def split_names(text: str | None) -> tuple[str, ...] | None:
+    """A comma-separated flag's names, empty ones kept, so that the step refuses ``''`` instead of
+    taking it for a flag not given."""
+    return None if text is None else tuple(name.strip() for name in text.split(","))
+
+
 # ---- settings: one option per field of ghostify.settings, its default taken from the field ----------
 MaxSamples = Annotated[int | None, typer.Option("--max-samples", min=1, help="Use a seeded random subset of this many training examples.", show_default=False)]
 Epochs = Annotated[int, typer.Option("--epochs", min=1, help="Passes over the training data.")]

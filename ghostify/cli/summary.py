@@ -36,7 +36,7 @@ def print_info(data: dict[str, Any]) -> None:
         table.add_row(what, value)
     for step in data["history"]:
         args = ", ".join(f"{k}={v}" for k, v in step["arguments"].items() if k != "model")
-        table.add_row(f"history: {step['command']}", f"{step['time']}  {args}")
+        table.add_row(f"history: {step['command']}", f"{step.get('time', '')}  {args}")
     out.print(table)
 
 

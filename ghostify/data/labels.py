@@ -54,7 +54,8 @@ def label_kind(rows: Any, column: str, *, dataset: str = "the dataset") -> Label
 
 
 def _value_type(values: list[Any]) -> str:
-    if values and all(isinstance(v, str) for v in values):
+    # one string among numbers makes every label a class name ("0", "1", "pos"), as a CSV file reads them
+    if values and any(isinstance(v, str) for v in values) and all(isinstance(v, (str, int, float)) for v in values):
         return "string"
     if values and all(isinstance(v, (int, float)) for v in values):
         return "float" if any(isinstance(v, float) for v in values) else "int"

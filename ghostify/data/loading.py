@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import json
 import random
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,16 +14,9 @@ from typing import Any
 from ..errors import DataError
 from .checks import usable_rows
 from .labels import label_ids
+from .readers import DATA_FILES, FileRows, check_text_file, read_data_file
 from .tasks import TaskPreset
 
-#: a single data file as --dataset (or --validation-file): its extension -> datasets' builder and options
-DATA_FILES: dict[str, tuple[str, dict[str, Any]]] = {
-    ".csv": ("csv", {}),
-    ".tsv": ("csv", {"delimiter": "\t"}),
-    ".json": ("json", {}),
-    ".jsonl": ("json", {}),
-    ".parquet": ("parquet", {}),
-}
 #: the share of a single data file held out as its validation split when no --validation-file is given
 HELD_OUT = 0.1
 #: the hold-out draws with this seed, never a command's --seed: every command of a pipeline
@@ -82,9 +75,9 @@ def load_split(
         raise DataError(f"dataset directory {dataset} does not exist; check --dataset")
     if validation_file is not None and split == task.validation_split:
         dataset, split = validation_file, "train"  # the whole file
-        rows = _read_validation_file(validation_file, task)
+        rows, place = _read_validation_file(validation_file)
     else:
-        rows = _read(dataset, task, split, held_out=validation_file is None)
+        rows, place = _read(dataset, task, split, held_out=validation_file is None)
     if not task.input_columns:
         raise DataError(f"task {task.name} needs its text column(s): set --text-columns "
                         f"(columns of {dataset}: {', '.join(rows.column_names)})")
@@ -102,67 +95,62 @@ def load_split(
             f"split {split!r} of {dataset} has no labels in column {target!r}; "
             f"score without labels with --label-free, or set {flag}"
         )
-    rows = usable_rows(rows, task, dataset=dataset, split=split, labels=has_labels)
+    rows = usable_rows(rows, task, dataset=dataset, split=split, labels=has_labels, place=place)
     if max_samples is not None and max_samples < len(rows):
         rows = rows.shuffle(seed=seed).select(range(max_samples))
     return TaskData(dataset=dataset, split=split, task=task, rows=rows, has_labels=has_labels)
 
 
-def _read(dataset: str, task: TaskPreset, split: str, *, held_out: bool = True):
-    """The split as a datasets.Dataset. A ``save_to_disk`` directory is read into memory: a
-    dataset mapped from its own files would write its ``.map()`` caches beside them, into the input
-    (datasets loaded by ``load_dataset`` live in datasets' own cache, where their caches go too).
-    A single data file is split ``train`` (``held_out``: less the rows held out as ``validation``)."""
+def _read(dataset: str, task: TaskPreset, split: str, *, held_out: bool = True) -> tuple[Any, Callable[[int], str]]:
+    """The split as a datasets.Dataset, and where its row ``i`` is, in words. A ``save_to_disk``
+    directory is read into memory: a dataset mapped from its own files would write its ``.map()``
+    caches beside them, into the input (datasets loaded by ``load_dataset`` live in datasets' own
+    cache, where their caches go too). A single data file is split ``train`` (``held_out``: less the
+    rows held out as ``validation``); its rows are named by their place in the file."""
     import datasets
 
     path = Path(dataset).expanduser()
     try:
-        if path.is_dir() and (path / "dataset_dict.json").is_file():
-            return datasets.Dataset.load_from_disk(str(path / _saved_split(path, dataset, split)), keep_in_memory=True)
-        if path.is_file() and path.suffix == ".txt":  # one text per line: column "text", split train
-            return _text_lines(path, dataset, split)
         if path.is_file() and path.suffix.lower() in DATA_FILES:
-            return _file_split(path, dataset, task, split, held_out=held_out)
-        return datasets.load_dataset(str(path) if path.exists() else dataset, task.dataset_config, split=split)
+            read = _file_split(path, dataset, task, split, held_out=held_out)
+            return read.rows, read.place
+        if path.is_dir() and (path / "dataset_dict.json").is_file():
+            rows = datasets.Dataset.load_from_disk(str(path / _saved_split(path, dataset, split)), keep_in_memory=True)
+        elif path.is_file() and path.suffix == ".txt":  # one text per line: column "text", split train
+            rows = _text_lines(path, dataset, split)
+        else:
+            rows = datasets.load_dataset(str(path) if path.exists() else dataset, task.dataset_config, split=split)
     except (FileNotFoundError, ValueError, KeyError, ConnectionError, OSError, datasets.exceptions.DatasetsError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataError(f"cannot load split {split!r} of dataset {dataset} ({task.name}): {message}") from exc
+    return rows, lambda i: f"row {i} of split {split!r} of {dataset}"
 
 
-def _read_file(path: Path):
-    """A data file's rows (a datasets.Dataset, in memory: nothing is written beside the file)."""
-    import datasets
-
-    builder, options = DATA_FILES[path.suffix.lower()]
-    return datasets.load_dataset(builder, data_files={"train": str(path)}, split="train", keep_in_memory=True, **options)
-
-
-def _file_split(path: Path, dataset: str, task: TaskPreset, split: str, *, held_out: bool):
+def _file_split(path: Path, dataset: str, task: TaskPreset, split: str, *, held_out: bool) -> FileRows:
     """``split`` of a single data file: ``train`` is the file (less the held-out rows unless a
     validation file was given), the task's validation split the rows held out."""
     validation = task.validation_split
     if split not in ("train", validation):
         raise DataError(f"{dataset} is a single data file: its splits are train and {validation} (held out), "
                         f"not {split!r}; choose one of them with --split")
-    rows = _read_file(path)
+    read = read_data_file(path, dataset)
     if not held_out:
-        return rows
-    if len(rows) < 2:
-        raise DataError(f"{dataset} has {len(rows)} row(s): too few to hold out a validation split; add rows "
+        return read
+    count_rows = len(read.rows)
+    if count_rows < 2:
+        raise DataError(f"{dataset} has {count_rows} row(s): too few to hold out a validation split; add rows "
                         "or give --validation-file")
-    order = list(range(len(rows)))
+    order = list(range(count_rows))
     random.Random(HELD_OUT_SEED).shuffle(order)
-    count = max(1, round(HELD_OUT * len(rows)))
+    count = max(1, round(HELD_OUT * count_rows))
     if split == validation:
         warnings.warn(f"{dataset} is a single data file and no --validation-file was given: its validation split is "
-                      f"{count} of its {len(rows)} rows ({HELD_OUT:.0%}, held out with seed {HELD_OUT_SEED}; train is "
+                      f"{count} of its {count_rows} rows ({HELD_OUT:.0%}, held out with seed {HELD_OUT_SEED}; train is "
                       "the rest)", UserWarning, stacklevel=4)
-    return rows.select(sorted(order[:count] if split == validation else order[count:]))
+    return read.select(sorted(order[:count] if split == validation else order[count:]))
 
 
-def _read_validation_file(validation_file: str, task: TaskPreset):
-    import datasets
-
+def _read_validation_file(validation_file: str) -> tuple[Any, Callable[[int], str]]:
     path = Path(validation_file).expanduser()
     if not path.is_file():
         raise DataError(f"--validation-file {validation_file} is not a file; give a "
@@ -170,11 +158,8 @@ def _read_validation_file(validation_file: str, task: TaskPreset):
     if path.suffix.lower() not in DATA_FILES:
         raise DataError(f"--validation-file {validation_file}: unknown kind of data file {path.suffix or '(no extension)'!r}; "
                         f"give a {', '.join(DATA_FILES)} file")
-    try:
-        return _read_file(path)
-    except (ValueError, KeyError, OSError, datasets.exceptions.DatasetsError) as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"cannot read --validation-file {validation_file} ({task.name}): {message}") from exc
+    read = read_data_file(path, validation_file)
+    return read.rows, read.place
 
 
 def _saved_split(path: Path, dataset: str, split: str) -> str:
@@ -203,31 +188,6 @@ def _text_lines(path: Path, dataset: str, split: str):
     if len(rows) == 0:
         raise DataError(f"{dataset} has no text: its {lines} lines are all blank; give one text per line")
     return rows
-
-
-def check_text_file(path: Path, dataset: str, *, chunk: int = 1 << 20) -> None:
-    """A DataError unless ``path`` is a non-empty UTF-8 text file (no NUL bytes)."""
-    if path.stat().st_size == 0:
-        raise DataError(f"{dataset} is empty; a text dataset holds one text per line (UTF-8)")
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    offset = 0
-    with path.open("rb") as file:
-        while block := file.read(chunk):
-            bad = block.find(b"\0")
-            try:
-                decoder.decode(block)
-            except UnicodeDecodeError as exc:
-                bad = exc.start if bad < 0 else min(bad, exc.start)
-            if bad >= 0:
-                raise DataError(f"{dataset} is not a text file: byte {block[bad]:#04x} at offset {offset + bad} is "
-                                f"{'a NUL byte' if block[bad] == 0 else 'not UTF-8'}; give a UTF-8 text file, one text "
-                                "per line")
-            offset += len(block)
-    try:
-        decoder.decode(b"", final=True)
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{dataset} is not a text file: it ends inside a UTF-8 character; give a UTF-8 text file, "
-                        "one text per line") from exc
 
 
 def _labels_present(rows, column: str) -> bool:

@@ -112,6 +112,7 @@ def write_hf(model: nn.Module, directory: Path, *, source: str | Path,
         classes = {auto: cls.__name__ for auto, cls in autos.items()}
         code_files = write_code(directory, {cls.__name__: cls for cls in autos.values()})
         config.auto_map = {auto: f"{MODELING}.{name}" for auto, name in classes.items()}
+        setattr(config, RECORD_KEY, record.to_dict())  # as read: a damaged history entry is not carried on
     config.architectures = [type(model).__name__]
     config.save_pretrained(directory)
     # every tensor under every name: a stock loader knows nothing of ghostify's shared-layer aliases

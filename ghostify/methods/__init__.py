@@ -12,11 +12,14 @@ point names its ``Method``), or with :func:`register` before it is used.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError
-from .base import DEFAULT_SEED, Context, Entry, Method, add, check_order, lazy, order_problem, registry, set_loader, setting
+from .base import (DEFAULT_SEED, Context, Entry, Method, add, check_order, lazy, order_problem, refusal, registry,
+                   set_loader, setting)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -43,19 +46,76 @@ def _shipped() -> tuple[Method, ...]:
     )
 
 
+def shipped() -> tuple[Method, ...]:
+    """The methods ghostify ships (no plug-in is loaded to list them: ``ghostify --version`` needs none)."""
+    return _shipped()
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One entry point of the ``ghostify.methods`` group, and what came of loading it."""
+
+    #: the entry point's name and what it names (``package.module:ATTRIBUTE``)
+    name: str
+    value: str
+    #: the installed distribution that declares it (None where the metadata does not say)
+    distribution: str | None
+    #: the method's name, once its value loaded as a Method
+    method: str | None
+    #: why it is not registered (None: it is)
+    problem: str | None = None
+
+    def describe(self) -> str:
+        of = f" of the distribution {self.distribution}" if self.distribution else ""
+        return f"the plug-in {self.name} = {self.value} ({ENTRY_POINT_GROUP} entry point{of})"
+
+
+#: every entry point the registry found, loaded or not (filled when the registry is first needed)
+_PLUGINS: list[Plugin] = []
+
+
 def _load() -> tuple[Method, ...]:
     from importlib.metadata import entry_points
 
-    plugins = []
+    loaded = _shipped()
+    _PLUGINS.clear()
     for point in entry_points(group=ENTRY_POINT_GROUP):
-        method = point.load()
-        if not isinstance(method, Method):
-            raise TypeError(f"entry point {point.name} = {point.value} ({ENTRY_POINT_GROUP}) is not a ghostify Method")
-        plugins.append(method)
-    return (*_shipped(), *plugins)
+        # a plug-in's fault (an import that raises, a value that is no Method, a name or command that is taken)
+        # costs that plug-in alone: one warning, and --help and every other command keep working
+        method: Any = None
+        try:
+            method = point.load()
+            problem = refusal(method, loaded)
+        except (Exception, SystemExit) as exc:  # whatever its import raises (a sys.exit() too; never Ctrl-C)
+            text = str(exc).strip().splitlines()
+            problem = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+        dist = getattr(point, "dist", None)
+        plugin = Plugin(point.name, point.value, getattr(dist, "name", None),
+                        method.name if isinstance(method, Method) else None, problem)
+        _PLUGINS.append(plugin)
+        if problem is None:
+            loaded += (method,)
+        else:
+            warnings.warn(f"{plugin.describe()} is not loaded: {problem}; fix or uninstall it", stacklevel=2)
+    return loaded
 
 
 set_loader(_load)
+
+
+def broken_plugins() -> tuple[Plugin, ...]:
+    """The entry points that are not registered, each with its problem (loads the registry)."""
+    registry()
+    return tuple(p for p in _PLUGINS if p.problem is not None)
+
+
+def origin(method: Method) -> str:
+    """Where ``method`` comes from, for a message: its plug-in, or ghostify itself."""
+    registry()
+    plugin = next((p for p in _PLUGINS if p.problem is None and p.method == method.name), None)
+    if plugin is not None:
+        return plugin.describe()
+    return f"ghostify's method {method.name}" if method in _shipped() else f"the registered method {method.name}"
 
 
 def register(method: Method) -> Method:
@@ -99,6 +159,10 @@ def validate_record(record: GhostifyRecord, config: Any, source: str) -> None:
     for name, entry in record.methods.items():
         method = known.get(name)
         if method is None:
+            broken = next((p for p in _PLUGINS if p.problem is not None and name in (p.name, p.method)), None)
+            if broken is not None:  # installed, but it failed to load: say why, not "not installed"
+                raise CheckpointError(f"{source} records the method {name!r} of {broken.describe()}, which is not "
+                                      f"loaded: {broken.problem}; fix or reinstall the plug-in")
             raise CheckpointError(f"{source} records a method {name!r} that this ghostify does not know: it was written by "
                                   "a newer ghostify or with a plug-in method; upgrade ghostify or install the plug-in")
         if not isinstance(entry, dict):
@@ -185,6 +249,7 @@ def hook_module(hook: Any) -> str:
     return hook.module if isinstance(hook, lazy) else hook.__module__
 
 
-__all__ = ["DEFAULT_SEED", "ENTRY_POINT_GROUP", "Context", "Entry", "METHODS", "Method", "applied_by", "applied_names", "by_name", "check_order",
-           "describe_all", "distinct_layers", "export_refusals", "hook_module", "layer_origin", "lazy", "measure_all", "methods", "order_problem",
-           "register", "restore_all", "save_all", "setting", "stage_methods", "validate_record"]
+__all__ = ["DEFAULT_SEED", "ENTRY_POINT_GROUP", "Context", "Entry", "METHODS", "Method", "Plugin", "applied_by", "applied_names",
+           "broken_plugins", "by_name", "check_order", "describe_all", "distinct_layers", "export_refusals", "hook_module",
+           "layer_origin", "lazy", "measure_all", "methods", "order_problem", "origin", "register", "restore_all", "save_all",
+           "setting", "shipped", "stage_methods", "validate_record"]

@@ -61,12 +61,20 @@ def setting(default: Any = dataclasses.MISSING, *, help: str, flag: str | None =
     return dataclasses.field(default=default, metadata=metadata)
 
 
+#: ``examples(model, data, count, seed, batch_size)``: ``count`` unlabelled training examples (a seeded subset) of
+#: the data ``data`` describes (what ``ghostify importance`` recorded of its data: ``{"data": ..., "task": ...}``),
+#: as batches of model inputs tokenised by ``model``'s tokenizer; the command's step layer provides it
+Examples = Callable[[str, Mapping[str, Any], int, int, int], list]
+
+
 @dataclass(frozen=True)
 class Context:
-    """What ``apply`` may need besides the model: where it was read from, and the seed of what it draws."""
+    """What ``apply`` may need besides the model: where it was read from, the seed of what it draws, and
+    a way to read unlabelled examples of a task's data (mask tuning)."""
 
     source: str
     seed: int = 0
+    examples: Examples | None = None
 
 
 @dataclass(frozen=True)
@@ -204,11 +212,30 @@ def set_loader(loader: Callable[[], tuple[Method, ...]]) -> None:
     REGISTRY.clear()
 
 
+def refusal(method: Any, methods: tuple[Method, ...]) -> str | None:
+    """Why ``method`` cannot join ``methods``, or None: it is not a :class:`Method` (or one the CLI cannot
+    make a command of), or its name or command is one of theirs. A second method of one name would make the
+    record ambiguous; a second command of one name would silently replace the first (``register`` and the
+    entry points both ask here)."""
+    if not isinstance(method, Method):
+        return f"it is a {type(method).__name__}, not a ghostify Method"
+    if not (isinstance(method.name, str) and method.name and isinstance(method.command, str) and method.command):
+        return f"its name {method.name!r} and command {method.command!r} must be non-empty strings"
+    if not dataclasses.is_dataclass(method.settings) or not isinstance(method.settings, type):
+        return f"its settings {method.settings!r} are not a dataclass (fields made with ghostify.methods.setting)"
+    for other in methods:
+        taken = {other.name} | ({other.command} if other.apply is not None else set())
+        if method.name in taken or (method.apply is not None and method.command in taken):
+            return (f"a method named {method.name!r} (command {method.command!r}) is registered already: "
+                    f"{other.name} (command {other.command})")
+    return None
+
+
 def add(method: Method) -> None:
     """Register one more method (a plug-in), after the shipped ones."""
-    known = {m.name for m in registry()} | {m.command for m in registry() if m.apply is not None}
-    if method.name in known or (method.apply is not None and method.command in known):
-        raise GhostifyError(f"a method named {method.name!r} (command {method.command!r}) is registered already")
+    problem = refusal(method, registry())
+    if problem is not None:
+        raise GhostifyError(problem)
     _ADDED.append(method)
     REGISTRY.append(method)
 

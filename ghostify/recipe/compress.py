@@ -21,7 +21,9 @@ import json
 import math
 import os
 import tempfile
+import warnings
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ import yaml
 
 from ..checkpoint import load_config, read_record
 from ..errors import GhostifyError
-from ..files import check_disjoint, write_text_atomically
+from ..files import check_disjoint, output_lock, write_text_atomically
 from ..flatten import flat_settings
 from ..latency_model import RUNTIMES, Deployment
 from ..methods import layer_origin
@@ -53,12 +55,14 @@ RESCORED = "rescored"
 
 def compress_recipe(model: str, *, speedup: float, deployment: Deployment, data: dict[str, Any], budget: Budget,
                     ghosts: bool, teacher: str | None, seed: int,
-                    keep_layers: Sequence[int] | None = None) -> dict[str, Any]:
+                    keep_layers: Sequence[int] | None = None, width: str | None = None) -> dict[str, Any]:
     """The recipe compress runs, as a mapping (``recipes/compress.yaml`` is the same with ``vars``).
 
     ``teacher`` None: ``model`` has no trained head for the task, so the first stage fine-tunes it.
     ``keep_layers``: the layers a drop-layers stage keeps before prune (:func:`_layers_to_keep`); the
-    model it leaves is scored again (stage ``rescored``) for prune."""
+    model it leaves is scored again (stage ``rescored``) for prune. ``width``: prune to this uniform width
+    instead of searching for ``speedup`` (:func:`_against_uniform` found it closer to the teacher). A budget
+    without training (``none``) ends with the pruned, tuned model."""
     train = {"max_samples": budget.max_samples, "epochs": budget.epochs}
     onnx = deployment.runtime != "pytorch"
     # the latency model first: it needs only the model's shape, and a target out of reach is then refused
@@ -75,18 +79,25 @@ def compress_recipe(model: str, *, speedup: float, deployment: Deployment, data:
         # prune refuses scores of the model before its layers were dropped: the smaller model is scored again
         stages += [{"drop-layers": {"layers": ",".join(str(i) for i in keep_layers)}},
                    {"importance": {"output": RESCORED, "samples": budget.importance_samples}}]
+    prune: dict[str, Any] = {"width": width} if width is not None else {"speedup": speedup, "latency": "${latency}"}
+    if budget.tune_masks:
+        prune["tune_masks"] = budget.tune_masks
+    stages.append({"prune": prune})
+    if budget.trains:
+        stages += [
+            {"attach-ghost": {"when": ghosts}},
+            {"distill": {**train, "learning_rate": budget.distill_learning_rate}},
+            {"finetune": {"output": "final", "teacher": "${teacher}", "teacher_weight": budget.teacher_weight, **train,
+                          "learning_rate": budget.finetune_learning_rate}},
+        ]
     stages += [
-        {"prune": {"speedup": speedup, "latency": "${latency}"}},
-        {"attach-ghost": {"when": ghosts}},
-        {"distill": {**train, "learning_rate": budget.distill_learning_rate}},
-        {"finetune": {"output": "final", "teacher": "${teacher}", "teacher_weight": budget.teacher_weight, **train,
-                      "learning_rate": budget.finetune_learning_rate}},
         {"eval": {"output": "final-eval"}},
         {"export": {"output": "onnx", "format": "onnx", "when": onnx,
                     **({"quantize": "int8"} if deployment.runtime == "onnx-int8" else {})}},
         {"eval": {"output": "shipped-eval", "when": onnx, "model": f"${{onnx}}/{_graph_name(deployment.runtime)}"}},
     ]
-    return {"description": f"ghostify compress: {speedup:g}x faster in {deployment.describe()}",
+    how = "" if budget.trains else ", retraining-free"
+    return {"description": f"ghostify compress: {speedup:g}x faster in {deployment.describe()}{how}",
             "model": model, "teacher": teacher or "${teacher}", "data": data, "seed": seed, "stages": stages}
 
 
@@ -137,6 +148,12 @@ def _check_reachable(recipe: Recipe, run_dir: Path, speedup: float, drop_layers:
     fastest = latency.fastest_ms([g.num_heads for _ in layers], [g.ffn_size for _ in layers],
                                  droppable=layers if drop_layers else ())
     best = latency.dense_ms() / fastest
+    if math.floor(best * 10) / 10 <= 1:  # "ask for 1 or less" would advise what compress refuses
+        raise GhostifyError(f"--speedup {speedup:g} is out of reach on {latency.deployment.describe()}: the latency model "
+                            f"predicts no speed-up from pruning heads and FFN neurons (at most {best:.2f}x; per head "
+                            f"{latency.head_ms:g} ms, per neuron {latency.neuron_ms:g} ms); measure it again "
+                            "(`ghostify latency MODEL --refresh`), target another deployment (--runtime, --batch-size, "
+                            "--seq-len)" + ("" if drop_layers else ", or let whole layers go (--drop-layers)"))
     if speedup > best:
         raise GhostifyError(f"--speedup {speedup:g} is out of reach on {latency.deployment.describe()}: even one head "
                             f"and one FFN neuron per layer predict {best:.2f}x; ask for {math.floor(best * 10) / 10:g} or "
@@ -174,8 +191,8 @@ def compress(
     say: Callable[[str], None] = lambda line: None,
 ) -> dict[str, Any]:
     """Compress ``model`` (with ``teacher``, or itself when it is fine-tuned for the task, as the teacher)
-    to a predicted ``speedup`` in ``deployment``, check it measured, train it, and write the report.
-    ``drop_layers``: the allocation may also remove whole layers (:func:`_layers_to_keep`).
+    to a predicted ``speedup`` in ``deployment``, check it measured, train it (unless the budget is ``none``),
+    and write the report. ``drop_layers``: the allocation may also remove whole layers (:func:`_layers_to_keep`).
     Re-running with the same ``output`` skips the stages already done.
 
     Example:
@@ -185,6 +202,8 @@ def compress(
     data.validate()
     task_settings.validate()
     chosen = BUDGETS[budget]
+    if not chosen.trains:
+        _check_retraining_free(budget, ghosts, epochs, data)
     chosen = dataclasses.replace(chosen, max_samples=data.max_samples or chosen.max_samples,
                                  epochs=epochs or chosen.epochs,
                                  importance_samples=importance_samples or chosen.importance_samples)
@@ -194,6 +213,10 @@ def compress(
     model = str(model)
     _check_data(data, task_settings)
     if teacher is None and _needs_teacher(model, data, task_settings):
+        if not chosen.trains:
+            raise GhostifyError(f"--budget {budget} prunes a model fine-tuned for the task without training it, but "
+                                f"{model} has no trained head for task {data.task}: fine-tune it first (`ghostify "
+                                "finetune`) and compress that, pass --teacher, or use --budget quick")
         say(f"{model} has no trained head for task {data.task}: a teacher is fine-tuned first")
     elif teacher is None:
         teacher = model
@@ -202,10 +225,10 @@ def compress(
 
     keep_layers: list[int] | None = None  # the layers the allocation keeps, when it drops any
 
-    def recipe_for(allocated: float) -> Recipe:
+    def recipe_for(allocated: float, width: str | None = None) -> Recipe:
         raw = compress_recipe(model, speedup=allocated, deployment=deployment, data=data_mapping(data, task_settings),
                               budget=chosen, ghosts=ghosts, teacher=None if teacher is None else str(teacher),
-                              seed=seed, keep_layers=keep_layers)
+                              seed=seed, keep_layers=keep_layers, width=width)
         return validate(RecipeSource(yaml.safe_dump(raw, sort_keys=False), "compress"), raw)
 
     run_dir = out / STAGES
@@ -216,59 +239,151 @@ def compress(
     settings = {"model": model, "teacher": teacher, "speedup": speedup, "deployment": dataclasses.asdict(deployment),
                 "data": data_mapping(data, task_settings), "budget": dataclasses.asdict(chosen), "ghosts": ghosts,
                 "drop_layers": drop_layers, "tolerance": tolerance, "seed": seed}
-    saved = _saved_allocation(out, settings)
-    dense_exports = DenseExports()
-    if saved is not None:
-        keep_layers, attempts = saved["keep_layers"], saved["attempts"]
-        recipe = recipe_for(saved["allocated_for"])
-        say(f"the allocation of the earlier run ({saved['allocated_for']:.2f}x predicted, measured "
-            f"{attempts[-1]['measured']:.2f}x) is kept: {out / ALLOCATION}")
-    else:
-        _check_reachable(recipe, run_dir, speedup, drop_layers, say)
-        if drop_layers:
-            # the layers stay as planned for the target: a correction below re-allocates heads and neurons only
-            keep_layers = _layers_to_keep(recipe, run_dir, speedup, say)
-            recipe = recipe_for(speedup)
-        attempts = [_allocate_and_measure(recipe, run_dir, deployment, rounds, say, dense_exports)]
-        first = attempts[0]
-        allocated = speedup
-        if abs(first["measured"] / speedup - 1) > tolerance:
-            # the measured cost of what pruning keeps differs from the model's; scale the target by the miss
-            corrected_for = speedup * first["predicted"] / first["measured"]
-            say(f"measured {first['measured']:.2f}x for a predicted {first['predicted']:.2f}x: re-allocating once "
-                f"for a predicted {corrected_for:.2f}x")
-            corrected = recipe_for(corrected_for)
-            try:
-                attempts.append(_allocate_and_measure(corrected, run_dir, deployment, rounds, say, dense_exports))
-                recipe, allocated = corrected, corrected_for
-            except StageError as exc:  # e.g. the corrected target is beyond what pruning can reach
-                say(f"the re-allocation failed, the first allocation is kept: {exc}")
-                run_recipe(_prefix(recipe, "prune"), run_dir)  # the first allocation's model, if prune was replaced
-        out.mkdir(parents=True, exist_ok=True)  # the stages made it; a caller's own runner may not have
-        write_text_atomically(out / ALLOCATION, json.dumps({"settings": settings, "allocated_for": allocated,
-                                                            "keep_layers": keep_layers, "attempts": attempts},
-                                                           indent=2, default=str))
-    run_recipe(recipe, run_dir, on_stage=lambda planned, status: say(f"{planned.label}: {status}"))
-    stages = {p.stage.name: p.directory for p in plan(recipe, run_dir)}
-    shipped = _shipped(stages, deployment)
-    final = _measure(_dense(recipe, stages), shipped, deployment, rounds, shipped_is_export=deployment.runtime != "pytorch",
-                     dense_exports=dense_exports)
-    dense_exports.close()
-    report = _report(recipe, stages, speedup, deployment, chosen, budget, attempts, final, tolerance)
-    _write_report(out, report)
-    say(f"measured {final['measured']:.2f}x (target {speedup:g}x) in {deployment.describe()}; wrote {out / REPORT_MD}")
-    return report
+    # one run at a time on OUT: a second run would interleave with this one (each removing the other's
+    # half-written stages); it is refused in one line instead
+    with output_lock(out):
+        saved = _saved_allocation(out, settings)
+        dense_exports = DenseExports()
+        if saved is not None:
+            keep_layers, attempts, choice = saved["keep_layers"], saved["attempts"], saved.get("choice")
+            recipe = recipe_for(saved["allocated_for"], _uniform_width(choice))
+            say(f"the allocation of the earlier run ({saved['allocated_for']:.2f}x predicted, measured "
+                f"{attempts[-1]['measured']:.2f}x) is kept: {out / ALLOCATION}")
+        else:
+            _check_reachable(recipe, run_dir, speedup, drop_layers, say)
+            if drop_layers:
+                # the layers stay as planned for the target: a correction below re-allocates heads and neurons only
+                keep_layers = _layers_to_keep(recipe, run_dir, speedup, say)
+                recipe = recipe_for(speedup)
+            attempts = [_allocate_and_measure(recipe, run_dir, deployment, rounds, say, dense_exports, speedup)]
+            first = attempts[0]
+            allocated = speedup
+            if abs(first["measured"] / speedup - 1) > tolerance:
+                # the measured cost of what pruning keeps differs from the model's; scale the target by the miss
+                corrected_for = speedup * first["predicted"] / first["measured"]
+                say(f"measured {first['measured']:.2f}x for a predicted {first['predicted']:.2f}x: re-allocating once "
+                    f"for a predicted {corrected_for:.2f}x")
+                corrected = recipe_for(corrected_for)
+                try:
+                    attempts.append(_allocate_and_measure(corrected, run_dir, deployment, rounds, say, dense_exports,
+                                                          corrected_for))
+                    recipe, allocated = corrected, corrected_for
+                except StageError as exc:  # e.g. the corrected target is beyond what pruning can reach
+                    say(f"the re-allocation failed, the first allocation is kept: {exc}")
+                    run_recipe(_prefix(recipe, "prune"), run_dir)  # the first allocation's model, if prune was replaced
+            choice = _against_uniform(recipe, run_dir, allocated, seed, say)
+            if _uniform_width(choice) is not None:
+                recipe = recipe_for(allocated, _uniform_width(choice))
+                attempts.append(_allocate_and_measure(recipe, run_dir, deployment, rounds, say, dense_exports,
+                                                      allocated))
+            out.mkdir(parents=True, exist_ok=True)  # the stages made it; a caller's own runner may not have
+            write_text_atomically(out / ALLOCATION, json.dumps({"settings": settings, "allocated_for": allocated,
+                                                                "keep_layers": keep_layers, "attempts": attempts,
+                                                                "choice": choice}, indent=2, default=str))
+        run_recipe(recipe, run_dir, on_stage=lambda planned, status: say(f"{planned.label}: {status}"))
+        stages = {p.stage.name: p.directory for p in plan(recipe, run_dir)}
+        shipped = _shipped(stages, deployment)
+        final = _measure(_dense(recipe, stages), shipped, deployment, rounds, shipped_is_export=deployment.runtime != "pytorch",
+                         dense_exports=dense_exports)
+        dense_exports.close()
+        report = _report(recipe, stages, speedup, deployment, chosen, budget, attempts, final, tolerance, choice)
+        _write_report(out, report)
+        say(f"measured {final['measured']:.2f}x (target {speedup:g}x) in {deployment.describe()}; wrote {out / REPORT_MD}")
+        return report
+
+
+def _uniform_width(choice: dict[str, Any] | None) -> str | None:
+    """The uniform width :func:`_against_uniform` chose over the search (None: the search stays)."""
+    return choice["width"] if choice is not None and choice.get("chosen") == "uniform" else None
+
+
+def _check_retraining_free(budget: str, ghosts: bool, epochs: int | None, data: DataSettings) -> None:
+    """A budget without training takes no training settings: each is refused in one line."""
+    for flag, given in (("--ghosts", ghosts), ("--epochs", epochs is not None), ("--max-samples", data.max_samples)):
+        if given:
+            raise GhostifyError(f"--budget {budget} trains nothing, so {flag} has nothing to set; drop {flag}, or use "
+                                "--budget quick or standard")
+
+
+def _against_uniform(recipe: Recipe, run_dir: Path, allocated: float, seed: int,
+                     say: Callable[[str], None]) -> dict[str, Any] | None:
+    """The searched allocation against uniform width of the same predicted latency, before any training
+    (:func:`ghostify.steps.fidelity.against_uniform`): the uniform width replaces the search where it is closer to
+    the teacher, so that compress never starts from a worse model than uniform pruning would."""
+    from ..steps.fidelity import against_uniform
+
+    stages = {p.stage.name: p for p in plan(recipe, run_dir)}
+    pruned = stages["prune"]
+    teacher = stages["teacher"].directory if "teacher" in stages else Path(recipe.header.teacher)
+    settings = {k: v for k, v in pruned.arguments.items() if k not in ("model", "speedup", "latency", "output")}
+    with tempfile.TemporaryDirectory(prefix=".uniform-", dir=run_dir) as tmp:
+        choice = against_uniform(pruned.directory, Path(pruned.arguments["model"]), teacher,
+                                 stages["latency"].directory, allocated, Path(tmp) / "uniform",
+                                 prune_settings={"seed": seed, **settings}, samples=CompressDefaults.compare_samples,
+                                 seed=seed + 1)
+    if choice is not None:
+        say(f"against uniform width {choice['width']} of the same predicted latency, on {choice['samples']} held-out "
+            f"training examples: the teacher gap of the search is {choice['gap_search']:.4g}, of uniform width "
+            f"{choice['gap_uniform']:.4g}; "
+            f"{'uniform width replaces the search' if choice['chosen'] == 'uniform' else 'the search is kept'}")
+    return choice
 
 
 def _saved_allocation(out: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
-    """The allocation an earlier run with the same ``settings`` chose and measured (None: none, or other settings)."""
+    """The allocation an earlier run with the same ``settings`` chose and measured (None: none, or other settings).
+
+    The one reader of ``allocation.json``. A damaged file (not JSON, or not the shape compress writes: a hand
+    edit, a disk fault) is ignored with one warning and the allocation made again, as when there is none: the
+    file is compress's own record of a choice it can remake (minutes of timing, the finished stages still
+    skipped), so refusing would only make the user delete it by hand."""
     path = out / ALLOCATION
+    if not path.exists():
+        return None
     try:
         saved = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:
+        problem: str | None = f"not readable JSON ({exc})"
+    else:
+        problem = _allocation_problem(saved)
+    if problem is not None:
+        warnings.warn(f"ignoring {path}: {problem}; the allocation is made again", stacklevel=3)
         return None
-    same = isinstance(saved, dict) and saved.get("settings") == json.loads(json.dumps(settings, default=str))
-    return saved if same and isinstance(saved.get("attempts"), list) and saved["attempts"] else None
+    return saved if saved["settings"] == json.loads(json.dumps(settings, default=str)) else None
+
+
+def _allocation_problem(saved: Any) -> str | None:
+    """What keeps ``saved`` from being an allocation compress wrote (what a re-run and its report read), or None."""
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+    if not isinstance(saved, dict) or not isinstance(saved.get("settings"), dict):
+        return "not a JSON object with the settings of a run"
+    if not number(saved.get("allocated_for")) or saved["allocated_for"] <= 1:
+        return f"allocated_for = {saved.get('allocated_for')!r}, not a speed-up above 1"
+    layers = saved.get("keep_layers")
+    if layers is not None and not (isinstance(layers, list) and layers
+                                   and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in layers)):
+        return f"keep_layers = {layers!r}, neither null nor a list of layer indices"
+    attempts = saved.get("attempts")
+    if not isinstance(attempts, list) or not attempts:
+        return f"attempts = {attempts!r}, not a list of measured allocations"
+    for i, attempt in enumerate(attempts):
+        keys = ("allocated_for", "predicted", "measured", "rounds")
+        wrong = next((k for k in keys if not isinstance(attempt, dict) or not number(attempt.get(k))), None)
+        if wrong is not None:
+            value = attempt.get(wrong) if isinstance(attempt, dict) else attempt
+            return f"attempts[{i}].{wrong} = {value!r}, not a positive number"
+    choice = saved.get("choice")
+    if choice is not None:
+        if not isinstance(choice, dict) or choice.get("chosen") not in ("search", "uniform"):
+            return f"choice = {choice!r}, neither null nor the search-or-uniform choice compress writes"
+        try:
+            width = Fraction(str(choice.get("width")))
+        except (ValueError, ZeroDivisionError):
+            width = None
+        if width is None or not 0 < width <= 1:
+            return f"choice.width = {choice.get('width')!r}, not a width"
+    return None
 
 
 def _prefix(recipe: Recipe, last: str) -> Recipe:
@@ -294,17 +409,23 @@ def _layers_to_keep(recipe: Recipe, run_dir: Path, speedup: float, say: Callable
 
 
 def _allocate_and_measure(recipe: Recipe, run_dir: Path, deployment: Deployment, rounds: int,
-                          say: Callable[[str], None], dense_exports: DenseExports | None = None) -> dict[str, Any]:
-    """Run the stages up to the pruned (and ghosted) model, then time it against the teacher."""
+                          say: Callable[[str], None], dense_exports: DenseExports | None,
+                          allocated: float) -> dict[str, Any]:
+    """Run the stages up to the pruned (and ghosted) model, then time it against the teacher; ``allocated``:
+    the speed-up the allocation aimed at."""
+    from ..latency_model import LatencyModel
+
     names = [s.name for s in recipe.stages]
     last = "attach-ghost" if "attach-ghost" in names else "prune"
     run_recipe(_prefix(recipe, last), run_dir, on_stage=lambda planned, status: say(f"{planned.label}: {status}"))
     stages = {p.stage.name: p.directory for p in plan(recipe, run_dir)}
     pruned = stages[last]
-    entry = _speedup_entry(pruned)
     result = _measure(_dense(recipe, stages), pruned, deployment, rounds, dense_exports=dense_exports)
-    result["predicted"] = entry["dense_ms"] / entry["predicted_ms"]  # prune --speedup keeps at least the target
-    result["allocated_for"] = recipe.stages[names.index("prune")].settings["speedup"]
+    latency = LatencyModel.load(stages["latency"])
+    record = read_record(load_config(stages["prune"]))
+    result["predicted"] = latency.dense_ms() / latency.predict([len(h) for h in record.heads], list(record.ffn))
+    result["allocated_for"] = allocated
+    result["allocation"] = "uniform" if "width" in recipe.stages[names.index("prune")].settings else "search"
     say(f"pruned for a predicted {result['predicted']:.2f}x: measured {result['measured']:.2f}x")
     return result
 
@@ -314,19 +435,14 @@ def _dense(recipe: Recipe, stages: dict[str, Path]) -> Path:
     return stages.get("teacher") or Path(recipe.header.model)
 
 
-def _speedup_entry(model: Path) -> dict[str, Any]:
-    """What ``prune --speedup`` recorded (the dense and the predicted milliseconds), from the model's history."""
-    record = read_record(load_config(model))
-    for item in reversed(record.history if record is not None else []):
-        arguments = item.get("arguments", {}) if isinstance(item, dict) else {}
-        if arguments.get("speedup"):
-            return arguments
-    return {}
+def _final(stages: dict[str, Path]) -> Path:
+    """The compressed model: fine-tuned with the teacher, or, without training (``--budget none``), pruned."""
+    return stages["final"] if "final" in stages else stages["prune"]
 
 
 def _shipped(stages: dict[str, Path], deployment: Deployment) -> Path:
     if deployment.runtime == "pytorch":
-        return stages["final"]
+        return _final(stages)
     return stages["onnx"] / _graph_name(deployment.runtime)
 
 
@@ -394,11 +510,12 @@ def _metrics(directory: Path) -> dict[str, Any]:
 
 
 def _report(recipe: Recipe, stages: dict[str, Path], speedup: float, deployment: Deployment, budget: Budget,
-            budget_name: str, attempts: list[dict[str, Any]], final: dict[str, Any], tolerance: float) -> dict[str, Any]:
+            budget_name: str, attempts: list[dict[str, Any]], final: dict[str, Any], tolerance: float,
+            choice: dict[str, Any] | None) -> dict[str, Any]:
     from ..steps.info import report_size
 
     teacher = stages.get("teacher") or Path(recipe.header.teacher)
-    model = stages["final"]
+    model = _final(stages)
     record = read_record(load_config(model))
     heads, neurons = [len(h) for h in record.heads], list(record.ffn)
     # the layers of the original model the compressed one keeps (all of them unless layers were dropped)
@@ -418,7 +535,8 @@ def _report(recipe: Recipe, stages: dict[str, Path], speedup: float, deployment:
         "params": {"teacher": teacher_size["params"], "compressed": size["params"]},
         "flops": {"teacher": teacher_size["flops"], "compressed": size["flops"]},
         "heads_per_layer": heads, "neurons_per_layer": neurons, "layers": origin[0], "layers_of": origin[1],
-        "model_dir": str(model), "shipped": str(_shipped(stages, deployment)), "stages_dir": str(stages["final"].parent),
+        "model_dir": str(model), "shipped": str(_shipped(stages, deployment)), "stages_dir": str(model.parent),
+        "retraining_free": not budget.trains, "against_uniform": choice,
     }
 
 
@@ -466,14 +584,22 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "Allocations (`prune --speedup`, then the dense and the pruned model timed side by side before any training):",
         "",
-        "| attempt | allocated for | predicted | measured |",
-        "|---|---|---|---|",
+        "| attempt | allocation | allocated for | predicted | measured |",
+        "|---|---|---|---|---|",
     ]
     for i, a in enumerate(report["allocations"], 1):
-        lines.append(f"| {i} | {a['allocated_for']:.2f}x | {a['predicted']:.2f}x | {a['measured']:.2f}x |")
-    if report["reallocated"]:
+        lines.append(f"| {i} | {a.get('allocation', 'search')} | {a['allocated_for']:.2f}x | {a['predicted']:.2f}x | "
+                     f"{a['measured']:.2f}x |")
+    if any(a["allocated_for"] != report["target_speedup"] for a in report["allocations"]):
         lines += ["", "The first allocation missed the target by more than the tolerance: re-allocated once with the "
                       "measured correction (allocated for target x predicted / measured)."]
+    choice = report.get("against_uniform")
+    if choice:
+        kept = ("uniform width replaced the search" if choice["chosen"] == "uniform" else "the search was kept")
+        lines += ["", f"Against uniform width {choice['width']} of the same predicted latency, before any training: "
+                      f"distance to the teacher on {choice['samples']} held-out training examples (the task's "
+                      f"distillation loss, no labels) {choice['gap_search']:.4g} for the search, "
+                      f"{choice['gap_uniform']:.4g} for uniform width: {kept}."]
     layers = report.get("layers") or list(range(len(report["heads_per_layer"])))
     dropped = [i for i in range(report.get("layers_of", len(layers))) if i not in layers]
     gone = f" (layer{'s' if len(dropped) > 1 else ''} {','.join(map(str, dropped))} dropped whole)" if dropped else ""
@@ -481,10 +607,18 @@ def markdown(report: dict[str, Any]) -> str:
     for i, h, n in zip(layers, report["heads_per_layer"], report["neurons_per_layer"]):
         lines.append(f"| {i} | {h} | {n} |")
     b = Budget(**report["budget_settings"])
-    lines += ["", f"Budget `{report['budget']}`: {b.describe()} of every training stage, importance on "
-                  f"{b.importance_samples:,} examples; learning rates {b.teacher_learning_rate:g} (teacher), "
-                  f"{b.distill_learning_rate:g} (distill), {b.finetune_learning_rate:g} (fine-tune with the teacher, "
-                  f"weight {b.teacher_weight:g}).",
+    if not b.trains:
+        budget_line = (f"Budget `{report['budget']}`: retraining-free (Kwon et al. 2022), no training stage: importance "
+                       f"(Fisher information) on {b.importance_samples:,} training examples, the latency search by it, "
+                       f"each layer's heads and neurons rearranged by its Fisher block, and their scales tuned by least "
+                       f"squares on {b.tune_masks:,} unlabelled training examples.")
+    else:
+        tuned = f"; the pruned model tuned on {b.tune_masks:,} examples before training" if b.tune_masks else ""
+        budget_line = (f"Budget `{report['budget']}`: {b.describe()} of every training stage, importance on "
+                       f"{b.importance_samples:,} examples{tuned}; learning rates {b.teacher_learning_rate:g} (teacher), "
+                       f"{b.distill_learning_rate:g} (distill), {b.finetune_learning_rate:g} (fine-tune with the "
+                       f"teacher, weight {b.teacher_weight:g}).")
+    lines += ["", budget_line,
               f"Model: `{report['model_dir']}`; shipped: `{report['shipped']}`; every stage: `{report['stages_dir']}`."]
     return "\n".join(lines) + "\n"
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..card import read_training
 from ..errors import GhostifyError
 from ..export.runtime import onnx_path
 from ..steps.info import report_size
@@ -41,12 +42,11 @@ def stage_summary(planned: "PlannedStage", wall_time: float) -> dict[str, Any]:
     if command.produces == "model":
         size = report_size(planned.directory)
         summary.update(params=size["params"], flops=size["flops"])
-        training = planned.directory / "training.json"
-        if training.is_file():
-            run = json.loads(training.read_text())
+        run = read_training(planned.directory)
+        if run is not None:
             evaluations, best = run.get("evaluations") or [], run.get("best_step")
             summary["learning_rates"] = run.get("learning_rates")  # the peak rate of each parameter group
-            chosen = [e for e in evaluations if e["step"] == best] or evaluations[-1:]
+            chosen = [e for e in evaluations if e.get("step") == best] or evaluations[-1:]
             if chosen:
                 summary["metrics"] = {k: v for k, v in chosen[0]["eval"].items() if k != "samples"}
             if run.get("constant_baseline") is not None:

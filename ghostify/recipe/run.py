@@ -20,7 +20,7 @@ import yaml
 
 from ..checkpoint import _auto_class, load_config
 from ..errors import GhostifyError
-from ..files import atomic_directory, check_disjoint, write_text_atomically
+from ..files import atomic_directory, check_disjoint, output_lock, write_text_atomically
 from ..flatten import pack
 from ..hub import hub_target
 from ..steps import attach_ghost, prune
@@ -87,7 +87,14 @@ def run(
     for planned in stages:  # a push's repository id and token, before hours of training (the hub: at its stage)
         if planned.arguments.get("push_to_hub"):
             hub_target(planned.arguments["push_to_hub"], revision=planned.arguments.get("revision"), reach=False)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    # one run at a time in a run directory: a second would remove the first's half-written stages as leftovers
+    with output_lock(run_dir):
+        return _run_stages(recipe, run_dir, stages, on_stage)
+
+
+def _run_stages(recipe: Recipe, run_dir: Path, stages: list[PlannedStage],
+                on_stage: Callable[[PlannedStage, str], None] | None) -> dict[str, Any]:
+    """The stages of :func:`run`, with its run directory locked."""
     _remove_leftovers(run_dir, stages)
     (run_dir / RECIPE_FILE).write_text(yaml.safe_dump(recipe.raw, sort_keys=False))
     rows: list[dict[str, Any]] = []

@@ -69,6 +69,10 @@ def export(
     if quantize is not None and format != "onnx":
         raise GhostifyError(f"--quantize {quantize} quantises an ONNX graph; add --format onnx")
     keep_fp32 = tuple(keep_fp32 or ())
+    if any(not str(name).strip() for name in keep_fp32):  # `--keep-fp32 ''` is a mistake, not "none"
+        raise GhostifyError(f"--keep-fp32 {','.join(keep_fp32)!r} names an empty module; give comma-separated module "
+                            "names or patterns (e.g. task-head, '*.output.dense'), or leave "
+                            "--keep-fp32 out")
     if keep_fp32 and quantize != "int8":
         raise GhostifyError(f"--keep-fp32 {','.join(keep_fp32)} keeps modules out of int8 quantisation; add "
                             "--format onnx --quantize int8, or drop it")

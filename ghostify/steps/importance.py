@@ -17,6 +17,7 @@ from ..seeding import seed_everything
 from ..settings import DataSettings, ImportanceDefaults, TaskSettings
 from ..tasks import dataset_for
 from .common import check_max_length, check_positive, default_device, load_tokenizer
+from .examples import data_description
 from .training_common import task_kind
 
 SPLIT = "train"  # scores come from training data only: pruning on validation data leaks it
@@ -93,6 +94,10 @@ def importance(
     )
     scores.metadata.update(data.describe())
     scores.metadata["label_free"] = label_free
+    # what `prune --tune-masks` reads again: the same data, encoded the same way
+    scores.metadata["data"] = data_description(DataSettings(task=task, dataset=dataset, text_columns=text_columns,
+                                                            label_column=label_column, max_length=max_length),
+                                               task_settings)
     del scorer
 
     original = load_model(model)

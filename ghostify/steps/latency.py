@@ -100,9 +100,8 @@ def latency(
     else:
         result = measure(probe_config(config), geometry, deployment, machine, rounds=rounds, warmup=warmup, seed=seed,
                          say=say)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(path, json.dumps(result.to_dict(), indent=2) + "\n")
-        say(f"cached as {path}")
+        if _store(path, result):
+            say(f"cached as {path}")
     if out is not None:
         with atomic_directory(out, overwrite=overwrite) as tmp:
             result.save(tmp / LATENCY_FILE)
@@ -317,10 +316,11 @@ def cache_file(geometry: Geometry, deployment: Deployment, machine: str) -> Path
 
 
 def cached(geometry: Geometry, deployment: Deployment, machine: str) -> LatencyModel | None:
-    """The cached latency model of this key, or None (a corrupt or mismatched file is ignored with a warning)."""
+    """The cached latency model of this key, or None (a corrupt or mismatched file is ignored with a warning:
+    :meth:`LatencyModel.load` validates it whole, so what is returned is safe to print and to allocate with)."""
     path = cache_file(geometry, deployment, machine)
     if not path.is_file():
-        return None
+        return None  # nothing there (or no file: writing the new one says why it was not cached)
     try:
         found = LatencyModel.load(path)
     except GhostifyError as exc:
@@ -331,6 +331,21 @@ def cached(geometry: Geometry, deployment: Deployment, machine: str) -> LatencyM
                       f"{found.deployment.describe()} on {found.machine}", stacklevel=2)
         return None
     return found
+
+
+def _store(path: Path, result: LatencyModel) -> bool:
+    """Cache ``result`` at ``path``; True when it is. The cache only saves time: a directory in the way, a
+    read-only or full disk is one warning, never the loss of what was measured (the caller still has it)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(path, json.dumps(result.to_dict(), indent=2) + "\n")
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        fix = f"remove the directory {path}" if path.is_dir() else f"set {CACHE_ENV} to a writable directory"
+        warnings.warn(f"the latency model was not cached at {path} ({reason}); it is measured again next time: "
+                      f"{fix} to keep it", stacklevel=3)
+        return False
+    return True
 
 
 __all__ = ["CACHE_ENV", "cache_dir", "cache_file", "cached", "features", "fit_costs", "latency", "machine_key",

@@ -11,11 +11,11 @@ from ..checkpoint import load_config, read_record
 from ..errors import GhostifyError
 from ..latency_model import LatencyModel
 from ..methods.dropped_layers import check_droppable
-from ..methods.pruning import ImportanceScores, LatencyPlan, model_geometry, plan_for_latency
+from ..methods.pruning import ImportanceScores, LatencyPlan, PruneSettings, model_geometry, plan_for_latency
 
 
 def plan_layers(model: str | os.PathLike, importance: str | os.PathLike, latency: str | os.PathLike,
-                speedup: float) -> LatencyPlan | None:
+                speedup: float, criterion: str = PruneSettings.criterion) -> LatencyPlan | None:
     """The plan for a predicted ``speedup`` of ``model`` (scored by ``importance``, a scores file or the
     directory of ``ghostify importance``; ``latency``: a latency model file or directory) when whole
     layers may go too; None where none may: a model with shared layers (drop-layers refuses it),
@@ -30,9 +30,10 @@ def plan_layers(model: str | os.PathLike, importance: str | os.PathLike, latency
         check_droppable(adapter, config, record)
     except GhostifyError:
         return None
-    if scores.layers is None or costs.geometry != model_geometry(config, adapter, record):
+    heads, ffn, layers, _ = scores.ranked_by(criterion)
+    if layers is None or costs.geometry != model_geometry(config, adapter, record):
         return None
-    return plan_for_latency(scores.heads, scores.ffn, costs, costs.dense_ms() / speedup, layer_scores=scores.layers,
+    return plan_for_latency(heads, ffn, costs, costs.dense_ms() / speedup, layer_scores=layers,
                             first_layer_fixed=bool(adapter.first_layer_fixed(config)))
 
 

@@ -33,7 +33,7 @@ from ..checkpoint import write_model_card
 from ..errors import GhostifyError
 from ..files import atomic_directory, remove_tree
 from ..methods.ghost import ghost_kernel_parameters
-from ..settings import TrainSettings
+from ..settings import TRACKERS, TrainSettings
 from .baseline import ConstantBaseline
 from .metrics import compute_metrics
 from .progress import TrainingProgress
@@ -181,8 +181,7 @@ def train(
     trackers = list(settings.report_to or ())
     accelerator = Accelerator(
         cpu=multi_process_on_cpu(),
-        log_with=trackers or None,
-        project_dir=str(work / TRACKER_DIR) if trackers else None,
+        project_dir=str(work / TRACKER_DIR) if trackers else None,  # the trackers' logging_dir (_start_trackers)
         mixed_precision=settings.mixed_precision,
         gradient_accumulation_steps=settings.gradient_accumulation_steps,
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
@@ -246,7 +245,13 @@ def train(
         if resuming and main and progress.logged is not None:
             _keep_lines(metrics_file, progress.logged)  # drop what was logged after the saved state
         if trackers:
-            _start_trackers(accelerator, describe, settings, work / TRACKER_DIR, resumed_at=progress.step if resuming else None)
+            try:
+                _start_trackers(accelerator, describe, settings, work / TRACKER_DIR,
+                                resumed_at=progress.step if resuming else None)
+            except GhostifyError:
+                if main and not resuming:
+                    remove_tree(work)  # the run never started: it leaves no OUT.partial behind
+                raise
         started = time.perf_counter()
         shown = TrainingProgress(describe, total_steps, progress.step, settings.batch_size, enabled=main)
 
@@ -352,16 +357,30 @@ def _start_trackers(accelerator, describe: str, settings: TrainSettings, directo
                     resumed_at: int | None) -> None:
     """Start the ``report_to`` trackers, logging under ``directory`` (``OUT.partial/runs``). A resumed
     run hides TensorBoard's events logged after the saved state: they are logged again."""
+    from accelerate.tracking import LOGGER_TYPE_TO_CLASS
+
     options: dict[str, dict[str, Any]] = {"wandb": {"dir": str(directory)}, "mlflow": {"logging_dir": str(directory)}}
     if resumed_at is not None:
         options["tensorboard"] = {"purge_step": resumed_at + 1}
     if accelerator.is_main_process:
         directory.mkdir(parents=True, exist_ok=True)
-    accelerator.init_trackers(describe, init_kwargs={k: v for k, v in options.items() if k in settings.report_to})
     config = {k: (",".join(v) if isinstance(v, tuple) else v) for k, v in asdict(settings).items()}
-    for tracker in accelerator.trackers:
-        if tracker.name != "tensorboard":  # TensorBoard's hyperparameters make a directory per call
-            tracker.store_init_configuration(config)
+    # one by one (as Accelerate's init_trackers would start them all), so that a failure names its tracker
+    for name in settings.report_to or ():
+        kind, kwargs = LOGGER_TYPE_TO_CLASS[name], options.get(name, {})
+        try:
+            tracker = (kind(describe, accelerator.logging_dir, **kwargs) if kind.requires_logging_directory
+                       else kind(describe, **kwargs))
+            tracker.start()
+            if name != "tensorboard":  # TensorBoard's hyperparameters make a directory per call
+                tracker.store_init_configuration(config)
+        except Exception as exc:  # a tracker's own errors (a broken install, no login, no network) share no class
+            _finish_trackers(accelerator)
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise GhostifyError(f"--report-to {name}: the tracker did not start ({type(exc).__name__}: {text}); fix "
+                                f"its installation or set-up (pip install --force-reinstall {TRACKERS[name]}), or "
+                                f"leave {name} out of --report-to") from exc
+        accelerator.trackers.append(tracker)
 
 
 def _tracker_values(record: dict[str, Any]) -> dict[str, float]:

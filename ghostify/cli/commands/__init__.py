@@ -2,7 +2,6 @@
 commands are generated from the registry: :mod:`.methods`)."""
 
 from . import augment, bench, compress, distill, evaluate, export, finetune, importance, info, latency, methods, run  # noqa: F401
-from ..app import app
+from ..app import sort_commands
 
-# --help lists the commands by name, wherever they were declared
-app.registered_commands.sort(key=lambda command: command.name or command.callback.__name__.replace("_", "-"))
+sort_commands()

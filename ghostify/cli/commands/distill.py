@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ...methods import by_name
+from ...methods import shipped
 from ...settings import DataSettings, DistillWeights, StudentSettings, TaskSettings, TrainSettings
 from ..app import app
 from ..console import err
@@ -12,8 +12,9 @@ from ..options import Output, Overwrite, Resume
 from ..settings_options import settings_options
 from ..summary import print_trained, print_training
 
-#: RefBERT's settings (``--references``, ``--reference-delta``), declared by the method
-REFERENCES = by_name("references").settings
+#: RefBERT's settings (``--references``, ``--reference-delta``), declared by the method (a shipped one: reading
+#: it loads no plug-in, which the command line does only when it is read, never for --version)
+REFERENCES = next(m for m in shipped() if m.name == "references").settings
 
 
 @app.command(

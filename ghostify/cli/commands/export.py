@@ -7,7 +7,7 @@ import typer
 from ...settings import MODULE_GROUPS, ExportDefaults
 from ..app import app
 from ..console import err, print_json
-from ..options import Json, Model, Output, Overwrite, split_columns
+from ..options import Json, Model, Output, Overwrite, split_names
 
 
 @app.command(
@@ -48,7 +48,7 @@ def export(
     from ... import steps  # torch and transformers: loaded when a command runs, not for --help
 
     result = steps.export(model, output, format=format, quantize=quantize,
-                          keep_fp32=split_columns(keep_fp32), push_to_hub=push_to_hub, private=private,
+                          keep_fp32=split_names(keep_fp32), push_to_hub=push_to_hub, private=private,
                           revision=revision, token=token, overwrite=overwrite)
     if json_output:
         print_json(result)

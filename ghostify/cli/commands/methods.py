@@ -9,12 +9,13 @@ import dataclasses
 import inspect
 import types
 import typing
+import warnings
 from typing import Annotated, Any, Optional
 
 import typer
 
-from ...methods import DEFAULT_SEED, Method, methods
-from ..app import app
+from ...methods import DEFAULT_SEED, Method, methods, origin, shipped
+from ..app import BEFORE_COMMANDS, app, sort_commands
 from ..console import err
 from ..options import Model, Output, Overwrite, Seed
 
@@ -54,6 +55,10 @@ def summary(method: Method, record: Any) -> list[str]:
     return [f"{what}: {value}" for what, value in method.describe(info)]
 
 
+#: the commands made so far, by name
+_MADE: set[str] = set()
+
+
 def method_command(method: Method) -> None:
     """Register ``method``'s command on the app."""
 
@@ -73,8 +78,33 @@ def method_command(method: Method) -> None:
     command.__doc__ = method.help
     epilog = "**Examples**\n\n" + "\n\n".join(method.examples) if method.examples else None
     app.command(method.command, epilog=epilog)(command)
+    _MADE.add(method.command)
 
 
-for _method in methods():
+def add_plugin_commands() -> None:
+    """Make the commands of the methods that are not ghostify's own (the entry points' plug-ins, loaded
+    here, and methods registered in Python): ``main`` asks for them (``BEFORE_COMMANDS``) before any
+    command but ``--version`` runs. A plug-in whose settings make options the command line cannot take
+    (Typer builds every command at once) loses its command with one warning, rather than taking down
+    every command."""
+    for method in methods():
+        if method.apply is None or method.command in _MADE:
+            continue
+        made = len(app.registered_commands)
+        try:
+            method_command(method)
+            typer.main.get_command_from_info(app.registered_commands[-1], pretty_exceptions_short=app.pretty_exceptions_short,
+                                             rich_markup_mode=app.rich_markup_mode)
+        except Exception as exc:  # Typer's own errors: an option type it does not support, a clashing flag
+            del app.registered_commands[made:]
+            _MADE.discard(method.command)
+            text = str(exc).strip().splitlines()
+            warnings.warn(f"{origin(method)}: its command {method.command} is left out ({type(exc).__name__}"
+                          f"{': ' + text[0] if text else ''}); fix the plug-in's settings", stacklevel=2)
+    sort_commands()
+
+
+for _method in shipped():  # the plug-ins' commands join when the command line is read (add_plugin_commands)
     if _method.apply is not None:
         method_command(_method)
+BEFORE_COMMANDS.append(add_plugin_commands)

@@ -13,7 +13,7 @@ from ...architectures import ArchitectureAdapter, get_adapter
 from ...errors import GhostifyError
 from ...record import GhostifyRecord
 from ..base import Context, Entry, registry
-from ..pruning import SCORES_NAME, ImportanceScores, check_scores_match  # the scores file `importance` writes
+from ..pruning import FISHER, SCORES_NAME, ImportanceScores, check_scores_match  # the scores file `importance` writes
 from .modules import keep_layers
 from .settings import LAYERS_RECORD_FORMAT, DropSettings, by_scores, evenly_spaced
 
@@ -38,7 +38,7 @@ def check_droppable(adapter: ArchitectureAdapter, config, record: GhostifyRecord
 
 
 def choose_layers(model: nn.Module, record: GhostifyRecord, keep: int, source: str,
-                  importance: str | None) -> tuple[list[int], dict[str, Any]]:
+                  importance: str | None, criterion: str = FISHER) -> tuple[list[int], dict[str, Any]]:
     """The ``keep`` layers to keep (indices of ``model``'s layers) and what the history says of
     the choice: by the layer scores of ``importance`` (else of ``source``'s own scores file), else
     evenly spaced (data-free, with a warning)."""
@@ -57,14 +57,18 @@ def choose_layers(model: nn.Module, record: GhostifyRecord, keep: int, source: s
         return kept, {"criterion": "evenly-spaced"}
     scores = ImportanceScores.load(path)
     check_scores_match(model, record, scores, str(path))
-    if scores.layers is None:
+    _, _, layer_scores, used = scores.ranked_by(criterion)
+    if layer_scores is None:
         raise GhostifyError(f"importance scores in {path} have no layer scores (written by an older ghostify); re-run "
                             "`ghostify importance` on this model")
-    values = [float(v) for v in scores.layers]
+    if used != criterion:
+        warnings.warn(f"the scores in {path} have no {criterion} information (written by an older ghostify): keeping "
+                      f"layers by {used}; re-run `ghostify importance` for them", stacklevel=3)
+    values = [float(v) for v in layer_scores]
     kept = by_scores(values, keep, first_fixed is not None)
     if first_fixed and 0 not in by_scores(values, keep, False):
         warnings.warn(f"kept layer 0 although its score is among the lowest: {first_fixed}", stacklevel=3)
-    return kept, {"criterion": scores.metadata.get("criterion", "loss-gradient"), "importance": str(path)}
+    return kept, {"criterion": used, "importance": str(path)}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -90,7 +94,8 @@ def apply(model: nn.Module, record: GhostifyRecord, settings: DropSettings, cont
     kept = settings.chosen(depth, adapter.first_layer_fixed(model.config))
     history: dict[str, Any] = {"criterion": "given"}
     if kept is None:
-        kept, history = choose_layers(model, record, settings.keep, context.source, settings.importance)
+        kept, history = choose_layers(model, record, settings.keep, context.source, settings.importance,
+                                      settings.criterion)
     previous = record.entry("dropped_layers")  # dropping again: the record keeps indices of the original model
     original = [int(i) for i in previous["kept"]] if previous else list(range(depth))
     of = int(previous["of"]) if previous else depth

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ...errors import GhostifyError
 from ..base import setting
+from ..pruning import CRITERIA, FISHER, LOSS_GRADIENT
 
 LAYERS_RECORD_FORMAT = 1
 
@@ -24,6 +25,8 @@ class DropSettings:
                                  "indices of MODEL's layers).")
     importance: str | None = setting(None, show_default=False, help="Scores file (or directory) from `ghostify "
                                      "importance`, for --keep; default: the ones in MODEL.")
+    criterion: str = setting(FISHER, help=f"What the layer scores rank by, for --keep: {FISHER} (E[(dL/dg)^2]) or "
+                             f"{LOSS_GRADIENT} (E|dL/dg|), for a gate on each layer's whole update.")
 
     def chosen(self, depth: int, first_fixed: str | None = None) -> list[int] | None:
         """The layers ``--layers`` keeps (checked against a model of ``depth`` layers), or None with
@@ -32,6 +35,8 @@ class DropSettings:
             both = "both" if self.keep is not None else "neither"
             raise GhostifyError(f"drop-layers got {both} of --keep and --layers; give one: --keep N (keep the N most "
                                 "important layers) or --layers 0,2,4 (keep exactly these)")
+        if self.criterion not in CRITERIA:
+            raise GhostifyError(f"unknown --criterion {self.criterion!r}; choose one of {', '.join(CRITERIA)}")
         if self.layers is None:
             check_keep(self.keep, depth)
             return None

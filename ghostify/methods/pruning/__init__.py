@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...lazy import lazy_exports
 from ..base import Method, lazy
 from .describe import describe
-from .settings import ALLOCATIONS, PruneSettings, parse_width
+from .settings import ALLOCATIONS, CRITERIA, FISHER, LOSS_GRADIENT, PruneSettings, parse_width
 
 METHOD = Method(
     name="pruning", command="prune", noun="pruned heads and neurons", settings=PruneSettings,
@@ -19,6 +19,7 @@ METHOD = Method(
     # ghost modules and grouped blocks are built for the widths they were attached to
     before=("ghost", "grouped"),
     tracked=False,  # every record lists the kept heads; a dense model is a model pruned to full width
+    seeded=True,  # --tune-masks draws its examples
     help="""Physically prune heads and FFN neurons to a width multiplier m.
 
     Keeps floor(N_H * m) heads and round(m * d_ff) neurons per layer (widths are relative to the
@@ -46,14 +47,19 @@ __getattr__, __dir__ = lazy_exports(
         "allocation": ("Selection", "select"),
         "apply": ("check_scores_match", "dense_record", "prune", "prune_model"),
         "gates": ("Gates", "gated"),
-        "importance": ("SCORES_NAME", "ImportanceScores", "compute_importance", "magnitude_importance"),
-        "latency_allocation": ("LatencyPlan", "model_geometry", "plan_for_latency", "select_for_latency"),
+        "importance": ("SCORES_NAME", "FisherScores", "ImportanceScores", "compute_importance", "magnitude_importance"),
+        "latency_allocation": ("LatencyPlan", "model_geometry", "plan_for_latency", "select_for_latency",
+                               "uniform_width"),
         "restore": ("apply_structure",),
     },
 )
 
 __all__ = [
     "ALLOCATIONS",
+    "CRITERIA",
+    "FISHER",
+    "LOSS_GRADIENT",
+    "FisherScores",
     "Gates",
     "ImportanceScores",
     "LatencyPlan",
@@ -75,4 +81,5 @@ __all__ = [
     "prune_model",
     "select",
     "select_for_latency",
+    "uniform_width",
 ]

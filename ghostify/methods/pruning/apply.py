@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Sequence
 from dataclasses import replace
@@ -17,10 +18,12 @@ from ...latency_model import LatencyModel
 from ...record import GhostifyRecord
 from ..base import Context, Entry, check_order
 from .allocation import Selection, check_keeps_a_head, select
-from .importance import SCORES_NAME, ImportanceScores, magnitude_importance
-from .latency_allocation import LOSS_CRITERION, check_reachable, comparable_scores, model_geometry, select_for_latency
+from .importance import SCORES_NAME, FisherScores, ImportanceScores, magnitude_importance
+from .latency_allocation import check_reachable, comparable_scores, model_geometry, select_for_latency
 from .modules import prune_layer
-from .settings import PruneSettings
+from .rearrange import gram, objective, rearrange
+from .settings import FISHER, TUNE_BATCH_SIZE, WEIGHT_MAGNITUDE, PruneSettings
+from .tuning import tune_masks
 
 
 def prune_model(
@@ -95,6 +98,7 @@ def prune(
 # ----------------------------------------------------------------------------------------------
 def check(config: Any, record: GhostifyRecord | None, settings: PruneSettings) -> None:
     """Fail before loading any weights when the settings cannot work."""
+    settings.check_search()
     speedup = settings.target_speedup()
     heads_width = settings.widths()[0] if speedup is None else None
     if settings.importance is not None and not Path(settings.importance).expanduser().exists():
@@ -124,40 +128,86 @@ def check_latency(config: Any, adapter: ArchitectureAdapter, record: GhostifyRec
 
 
 def apply(model: nn.Module, record: GhostifyRecord, settings: PruneSettings, context: Context) -> Entry:
+    """Select the heads and neurons to keep (to the widths, or to the latency budget of ``--speedup``) by the
+    scores' criterion, rearrange them within each layer, cut the rest, and tune the kept ones' scales."""
     speedup = settings.target_speedup()
-    if speedup is not None:
-        return apply_speedup(model, record, settings, context, speedup)
-    heads_width, ffn_width = settings.widths()
     scores, source = scores_for(model, context.source, settings.importance)
     check_scores_match(model, record, scores, source)
     adapter = get_adapter(model.config)  # the order was checked before the weights were read: not again
-    selection = select(scores.heads, scores.ffn, num_heads=adapter.num_units(model.config),
-                       ffn_size=adapter.ffn_size(model.config), heads_width=heads_width, ffn_width=ffn_width,
-                       allocation=settings.allocation)
+    heads, ffn, _, criterion = scores.ranked_by(settings.criterion)
+    wanted = [what for what, asked in (("ranking", settings.criterion == FISHER), ("rearranging", settings.rearrange))
+              if asked]
+    if scores.fisher is None and wanted and scores.criterion != WEIGHT_MAGNITUDE:
+        warnings.warn(f"the scores in {source} have no Fisher information (written by an older ghostify) for "
+                      f"{' and '.join(wanted)}: pruning by {criterion}"
+                      f"{', not rearranged' if settings.rearrange else ''}; re-run `ghostify importance` for it",
+                      stacklevel=3)
+    history: dict[str, Any] = {"importance": source, "criterion": criterion}
+    if speedup is None:
+        heads_width, ffn_width = settings.widths()
+        selection = select(heads, ffn, num_heads=adapter.num_units(model.config),
+                           ffn_size=adapter.ffn_size(model.config), heads_width=heads_width, ffn_width=ffn_width,
+                           allocation=settings.allocation)
+        history |= {"heads_width": str(heads_width), "ffn_width": str(ffn_width)}
+    else:
+        latency = check_latency(model.config, adapter, record, settings.latency, speedup)
+        dense = latency.dense_ms()
+        comparable_heads, comparable_ffn = comparable_scores(heads, ffn, criterion)
+        selection, predicted = select_for_latency(comparable_heads, comparable_ffn, latency, dense / speedup,
+                                                  applications=adapter.layer_applications(model))
+        # what ``info`` and the model card say: "2x on onnx-int8, ...: predicted X ms of the dense Y ms"
+        history |= {"deployment": latency.deployment.describe(), "dense_ms": round(dense, 4),
+                    "target_ms": round(dense / speedup, 4), "predicted_ms": round(predicted, 4)}
+    if settings.rearrange and scores.fisher is not None:
+        selection, history["rearranged"] = rearranged(selection, scores.fisher)
+    teacher = copy.deepcopy(model) if settings.tune_masks else None
     pruned = prune_model(model, adapter, record, selection.heads, selection.neurons)
-    # what the history adds to the settings: the scores used and how they were computed
-    return Entry(format=1, data=None, heads=pruned.heads, ffn=pruned.ffn,
-                 history={"heads_width": str(heads_width), "ffn_width": str(ffn_width), "importance": source,
-                          "criterion": scores.metadata.get("criterion", LOSS_CRITERION)})
+    if teacher is not None:
+        history["tuned"] = tuned(model, teacher, scores, source, settings.tune_masks, context)
+    return Entry(format=1, data=None, heads=pruned.heads, ffn=pruned.ffn, history=history)
 
 
-def apply_speedup(model: nn.Module, record: GhostifyRecord, settings: PruneSettings, context: Context,
-                  speedup: float) -> Entry:
-    """Prune for a predicted latency of at most dense / ``speedup`` (:func:`select_for_latency`)."""
-    scores, source = scores_for(model, context.source, settings.importance)
-    check_scores_match(model, record, scores, source)
-    adapter = get_adapter(model.config)
-    latency = check_latency(model.config, adapter, record, settings.latency, speedup)
-    dense = latency.dense_ms()
-    heads, ffn = comparable_scores(scores.heads, scores.ffn, scores.metadata)
-    selection, predicted = select_for_latency(heads, ffn, latency, dense / speedup,
-                                              applications=adapter.layer_applications(model))
-    pruned = prune_model(model, adapter, record, selection.heads, selection.neurons)
-    # what ``info`` and the model card say: "2x on onnx-int8, ...: predicted X ms of the dense Y ms"
-    return Entry(format=1, data=None, heads=pruned.heads, ffn=pruned.ffn,
-                 history={"importance": source, "criterion": scores.metadata.get("criterion", LOSS_CRITERION),
-                          "deployment": latency.deployment.describe(), "dense_ms": round(dense, 4),
-                          "target_ms": round(dense / speedup, 4), "predicted_ms": round(predicted, 4)})
+def rearranged(selection: Selection, fisher: FisherScores) -> tuple[Selection, dict[str, Any]]:
+    """``selection`` with each layer's heads and neurons chosen again by the layer's Fisher block
+    (:mod:`.rearrange`), and what that did to the block objective (summed over layers)."""
+    outcome: dict[str, Any] = {}
+    chosen: dict[str, list[list[int]]] = {}
+    for kind, kept, factors, diagonals in (("heads", selection.heads, fisher.head_factors, fisher.heads),
+                                           ("neurons", selection.neurons, fisher.ffn_factors, fisher.ffn)):
+        before = after = 0.0
+        chosen[kind] = []
+        for layer_kept, factor, diagonal in zip(kept, factors, diagonals):
+            block = gram(factor)
+            new = rearrange(block, layer_kept, diagonal)
+            gone = lambda keep: [u for u in range(block.shape[0]) if u not in set(keep)]  # noqa: E731
+            before += objective(block, gone(layer_kept)) / fisher.samples
+            after += objective(block, gone(new)) / fisher.samples
+            chosen[kind].append(new)
+        outcome[kind] = {"before": float(f"{before:.6g}"), "after": float(f"{after:.6g}")}
+    return Selection(heads=chosen["heads"], neurons=chosen["neurons"]), outcome
+
+
+def tuned(model: nn.Module, teacher: nn.Module, scores: ImportanceScores, source: str, count: int,
+          context: Context) -> dict[str, Any]:
+    """Tune ``model``'s kept units on ``count`` unlabelled examples of the data the scores were computed on
+    (:mod:`.tuning`); what the history keeps of it."""
+    data = scores.metadata.get("data")
+    if not isinstance(data, dict):
+        raise GhostifyError(f"--tune-masks reads unlabelled examples of the data the scores were computed on, but "
+                            f"{source} does not say which (weight magnitude, or an older ghostify); run `ghostify "
+                            "importance` on the model first, or prune without --tune-masks")
+    if context.examples is None:
+        raise GhostifyError("--tune-masks needs examples, and this caller gives the pruning method none; prune through "
+                            "`ghostify prune` or `ghostify.steps.prune`")
+    # an eighth of the batches (at least one) is held out to check the scales on
+    batches = context.examples(context.source, data, count, context.seed, max(1, min(TUNE_BATCH_SIZE, count // 8)))
+    if len(batches) < 2:
+        raise GhostifyError(f"--tune-masks {count} found {sum(len(b['input_ids']) for b in batches)} training example(s) "
+                            "in the scores' data; it needs at least two batches (one held out to check the scales)")
+    held_out = max(1, len(batches) // 8)
+    reports = tune_masks(model, teacher, batches, held_out=held_out)
+    return {"examples": sum(int(b["input_ids"].shape[0]) for b in batches), "held_out_batches": held_out,
+            "layers": [r.row() for r in reports]}
 
 
 def scores_for(model: nn.Module, source: str, importance: str | None) -> tuple[ImportanceScores, str]:

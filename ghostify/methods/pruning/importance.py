@@ -12,6 +12,14 @@ regression the score is the output's own sensitivity |df(x)/dg|.
 
 A layer's score (for ``drop-layers``) is the same derivative for a gate on the layer's whole
 update, ``x + g·(layer(x) - x)``, computed in the same forward and backward pass.
+
+The same pass gives the Fisher information of the gates (Kwon et al. 2022, "A Fast Post-Training
+Pruning Framework for Transformers"): ``E[(dL/dg)²]`` per unit and per layer (the diagonal: removing a
+set of units costs about half the sum of theirs, to second order) and, per layer, a factor ``R`` of the
+block of the Fisher among that layer's heads (and among its neurons), ``Rᵀ R / n = E[∇g ∇gᵀ]``, which
+``prune --rearrange`` minimises over (interactions between units of one layer). The per-example
+gradients are that factor when there are fewer examples than units; otherwise their QR's ``R``
+(square, the same block), so the file stays at most ``units²`` per layer.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from ...architectures.projections import ffn_input_weights, value_weight
 from ...errors import CheckpointError
 from ...example_loss import per_example_loss
 from .gates import gated
+from .settings import FISHER, LOSS_GRADIENT, WEIGHT_MAGNITUDE
 
 SCORES_NAME = "importance.safetensors"
 
@@ -41,22 +50,97 @@ LossFunction = Callable[[nn.Module, dict, torch.Generator], torch.Tensor]
 
 
 @dataclass
+class FisherScores:
+    """The Fisher information of the gates, per distinct layer: ``E[(dL/dg)²]`` of every head, neuron and
+    layer gate, and a factor of the layer's block among its heads and among its neurons
+    (``factor.T @ factor / samples`` is ``E[∇g ∇gᵀ]`` over that layer's units)."""
+
+    heads: list[torch.Tensor]
+    ffn: list[torch.Tensor]
+    layers: torch.Tensor
+    head_factors: list[torch.Tensor]
+    ffn_factors: list[torch.Tensor]
+    samples: int
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        out = {f"fisher.heads.{i}": t for i, t in enumerate(self.heads)}
+        out |= {f"fisher.ffn.{i}": t for i, t in enumerate(self.ffn)}
+        out |= {f"fisher.factor.heads.{i}": t for i, t in enumerate(self.head_factors)}
+        out |= {f"fisher.factor.ffn.{i}": t for i, t in enumerate(self.ffn_factors)}
+        out["fisher.layers"] = self.layers
+        return out
+
+    @classmethod
+    def from_tensors(cls, tensors: dict[str, torch.Tensor], layers: int, samples: Any, where: Path) -> FisherScores | None:
+        """The Fisher scores in a scores file's ``tensors`` (None in a file without them: weight magnitude, or
+        written by an older ghostify), each shape checked against the first-order scores beside them."""
+        if "fisher.layers" not in tensors:
+            return None
+        try:
+            fisher = cls(heads=[tensors[f"fisher.heads.{i}"] for i in range(layers)],
+                         ffn=[tensors[f"fisher.ffn.{i}"] for i in range(layers)], layers=tensors["fisher.layers"],
+                         head_factors=[tensors[f"fisher.factor.heads.{i}"] for i in range(layers)],
+                         ffn_factors=[tensors[f"fisher.factor.ffn.{i}"] for i in range(layers)], samples=int(samples))
+        except KeyError as exc:
+            raise CheckpointError(f"corrupt importance file {where}: missing {exc}; re-run `ghostify importance`") from None
+        except (TypeError, ValueError):
+            raise CheckpointError(f"corrupt importance file {where}: its Fisher sample count {samples!r} is not a "
+                                  "number; re-run `ghostify importance`") from None
+        for i in range(layers):
+            for kind, diagonal, factor, first in (("heads", fisher.heads[i], fisher.head_factors[i], tensors[f"heads.{i}"]),
+                                                  ("ffn", fisher.ffn[i], fisher.ffn_factors[i], tensors[f"ffn.{i}"])):
+                units = first.numel()
+                if diagonal.numel() != units or factor.dim() != 2 or factor.shape[1] != units:
+                    raise CheckpointError(f"corrupt importance file {where}: the Fisher scores of layer {i}'s {kind} "
+                                          f"do not match its {units} units; re-run `ghostify importance`")
+        if fisher.layers.numel() != layers or fisher.samples < 1:
+            raise CheckpointError(f"corrupt importance file {where}: Fisher scores of {fisher.layers.numel()} layers "
+                                  f"(of {layers}) from {fisher.samples} examples; re-run `ghostify importance`")
+        return fisher
+
+
+@dataclass
 class ImportanceScores:
     """Per distinct layer: one score per head and per FFN neuron, as the model is now."""
 
+    #: the first-order scores E|dL/dg| (``loss-gradient``), or weight magnitude (``metadata["criterion"]``)
     heads: list[torch.Tensor]
     ffn: list[torch.Tensor]
     metadata: dict[str, Any] = field(default_factory=dict)
     #: one score per distinct layer (a gate on its whole update), for ``drop-layers``; None in
     #: scores without them (weight magnitude, files of an older ghostify)
     layers: torch.Tensor | None = None
+    #: the Fisher information of the same gates (None in scores without it: weight magnitude, older files)
+    fisher: FisherScores | None = None
+
+    @property
+    def criterion(self) -> str:
+        """What :attr:`heads`, :attr:`ffn` and :attr:`layers` are."""
+        return str(self.metadata.get("criterion", LOSS_GRADIENT))
+
+    def criteria(self) -> tuple[str, ...]:
+        """The criteria these scores can rank by."""
+        return (self.criterion, FISHER) if self.fisher is not None else (self.criterion,)
+
+    def ranked_by(self, criterion: str) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor | None, str]:
+        """The head, neuron and layer scores of ``criterion`` (``fisher`` or ``loss-gradient``) and the
+        criterion they are: scores without Fisher information give their own (the caller says so)."""
+        if criterion == FISHER and self.fisher is not None:
+            return self.fisher.heads, self.fisher.ffn, self.fisher.layers, FISHER
+        return self.heads, self.ffn, self.layers, self.criterion
 
     def save(self, path: str | Path) -> None:
-        tensors = {f"heads.{i}": t.float().contiguous() for i, t in enumerate(self.heads)}
-        tensors.update({f"ffn.{i}": t.float().contiguous() for i, t in enumerate(self.ffn)})
+        tensors = {f"heads.{i}": t for i, t in enumerate(self.heads)}
+        tensors.update({f"ffn.{i}": t for i, t in enumerate(self.ffn)})
         if self.layers is not None:
-            tensors["layers"] = self.layers.float().contiguous()
-        safetensors.torch.save_file(tensors, str(path), metadata={"ghostify": json.dumps(self.metadata)})
+            tensors["layers"] = self.layers
+        metadata = dict(self.metadata)
+        if self.fisher is not None:
+            tensors.update(self.fisher.tensors())
+            metadata["fisher_samples"] = self.fisher.samples
+        metadata["criteria"] = list(self.criteria())
+        tensors = {k: t.float().contiguous() for k, t in tensors.items()}
+        safetensors.torch.save_file(tensors, str(path), metadata={"ghostify": json.dumps(metadata)})
 
     @classmethod
     def load(cls, path: str | Path) -> "ImportanceScores":
@@ -72,16 +156,18 @@ class ImportanceScores:
                 metadata = json.loads((f.metadata() or {}).get("ghostify", "{}"))
         except (SafetensorError, OSError, ValueError) as exc:
             raise CheckpointError(f"corrupt importance file {path}: {exc}; re-run `ghostify importance`") from exc
+        if not isinstance(metadata, dict):
+            raise CheckpointError(f"corrupt importance file {path}: its metadata is not a mapping; re-run "
+                                  "`ghostify importance`")
         n = sum(1 for k in keys if k.startswith("heads."))
         try:
-            return cls(
-                heads=[tensors[f"heads.{i}"] for i in range(n)],
-                ffn=[tensors[f"ffn.{i}"] for i in range(n)],
-                metadata=metadata,
-                layers=tensors.get("layers"),
-            )
+            heads = [tensors[f"heads.{i}"] for i in range(n)]
+            ffn = [tensors[f"ffn.{i}"] for i in range(n)]
         except KeyError as exc:
             raise CheckpointError(f"corrupt importance file {path}: missing {exc}; re-run `ghostify importance`") from exc
+        fisher = FisherScores.from_tensors(tensors, n, metadata.pop("fisher_samples", 0), path)
+        metadata.pop("criteria", None)  # derived from what the file holds
+        return cls(heads=heads, ffn=ffn, metadata=metadata, layers=tensors.get("layers"), fisher=fisher)
 
 
 def compute_importance(
@@ -95,7 +181,8 @@ def compute_importance(
     loss: LossFunction | None = None,
 ) -> ImportanceScores:
     """Mean over examples of |d loss / d gate| for every head and FFN neuron, and for every
-    layer (a gate on its whole update: :func:`layer_gates`), from one forward and backward per batch.
+    layer (a gate on its whole update: :func:`layer_gates`), and the Fisher information of the same
+    gates (:class:`FisherScores`), from one forward and backward per batch.
 
     ``batches`` yield model inputs with ``labels`` (unless ``label_free``). ``progress`` is called
     with each batch's size. ``loss(model, batch, generator)`` gives one loss per example (a task
@@ -113,16 +200,12 @@ def compute_importance(
     loss = loss or classifier_loss
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
-    head_sum: list[torch.Tensor] | None = None
-    ffn_sum: list[torch.Tensor] | None = None
     count = 0
     with gated(model, adapter) as gates, layer_gates(adapter.layers(model)) as per_layer:
         template_heads = [g.clone() for g in gates.heads]
         template_ffn = [g.clone() for g in gates.ffn]
-        head_sum = [torch.zeros_like(g, dtype=torch.float64) for g in template_heads]
-        ffn_sum = [torch.zeros_like(g, dtype=torch.float64) for g in template_ffn]
         n_layers = len(template_heads)
-        layer_sum = torch.zeros(n_layers, dtype=torch.float64)
+        first = _Moments(n_layers, [g.numel() for g in template_heads], [g.numel() for g in template_ffn])
         for batch in batches:
             batch = {k: v.to(device) for k, v in batch.items()}
             size = batch["input_ids"].shape[0]
@@ -131,21 +214,66 @@ def compute_importance(
             per_layer[:] = [torch.ones(size, device=device, requires_grad=True) for _ in range(n_layers)]
             losses = loss(model, batch, generator)
             grads = torch.autograd.grad(losses.sum(), [*gates.heads, *gates.ffn, *per_layer])
-            for i in range(n_layers):
-                head_sum[i] += grads[i].detach().abs().sum(0).double()
-                ffn_sum[i] += grads[n_layers + i].detach().abs().sum(0).double()
-                layer_sum[i] += grads[2 * n_layers + i].detach().abs().sum().double().cpu()
+            first.add([g.detach().float().cpu() for g in grads[:n_layers]],
+                      [g.detach().float().cpu() for g in grads[n_layers:2 * n_layers]],
+                      torch.stack([g.detach().float().cpu() for g in grads[2 * n_layers:]], 1))
             count += size
             if progress is not None:
                 progress(size)
     if count == 0:
         raise CheckpointError("no samples to score; raise --samples")
-    return ImportanceScores(
-        heads=[(s / count).float().cpu() for s in head_sum],
-        ffn=[(s / count).float().cpu() for s in ffn_sum],
-        metadata={"samples": count, "label_free": label_free},
-        layers=(layer_sum / count).float(),
-    )
+    return first.scores(label_free)
+
+
+class _Moments:
+    """What :func:`compute_importance` sums over the examples' gate gradients: their absolute values and
+    squares (in float64, so that the order of batches barely matters), and every example's gradients of
+    each layer's head and neuron gates (the rows the block factors are made of)."""
+
+    def __init__(self, layers: int, heads: list[int], ffn: list[int]) -> None:
+        self.abs_heads = [torch.zeros(n, dtype=torch.float64) for n in heads]
+        self.abs_ffn = [torch.zeros(n, dtype=torch.float64) for n in ffn]
+        self.sq_heads = [torch.zeros(n, dtype=torch.float64) for n in heads]
+        self.sq_ffn = [torch.zeros(n, dtype=torch.float64) for n in ffn]
+        self.abs_layers = torch.zeros(layers, dtype=torch.float64)
+        self.sq_layers = torch.zeros(layers, dtype=torch.float64)
+        self.rows_heads: list[list[torch.Tensor]] = [[] for _ in heads]
+        self.rows_ffn: list[list[torch.Tensor]] = [[] for _ in ffn]
+        self.count = 0
+
+    def add(self, heads: list[torch.Tensor], ffn: list[torch.Tensor], layers: torch.Tensor) -> None:
+        """One batch: ``heads[l]`` / ``ffn[l]`` are (batch, units) gradients, ``layers`` (batch, layers)."""
+        for l, (h, f) in enumerate(zip(heads, ffn)):
+            self.abs_heads[l] += h.abs().sum(0).double()
+            self.abs_ffn[l] += f.abs().sum(0).double()
+            self.sq_heads[l] += h.double().pow(2).sum(0)
+            self.sq_ffn[l] += f.double().pow(2).sum(0)
+            self.rows_heads[l].append(h)
+            self.rows_ffn[l].append(f)
+        self.abs_layers += layers.abs().sum(0).double()
+        self.sq_layers += layers.double().pow(2).sum(0)
+        self.count += layers.shape[0]
+
+    def scores(self, label_free: bool) -> ImportanceScores:
+        n = self.count
+
+        def mean(sums: list[torch.Tensor]) -> list[torch.Tensor]:
+            return [(s / n).float() for s in sums]
+
+        fisher = FisherScores(heads=mean(self.sq_heads), ffn=mean(self.sq_ffn), layers=(self.sq_layers / n).float(),
+                              head_factors=[block_factor(torch.cat(rows)) for rows in self.rows_heads],
+                              ffn_factors=[block_factor(torch.cat(rows)) for rows in self.rows_ffn], samples=n)
+        return ImportanceScores(heads=mean(self.abs_heads), ffn=mean(self.abs_ffn),
+                                metadata={"samples": n, "label_free": label_free, "criterion": LOSS_GRADIENT},
+                                layers=(self.abs_layers / n).float(), fisher=fisher)
+
+
+def block_factor(rows: torch.Tensor) -> torch.Tensor:
+    """A factor ``R`` of ``rows.T @ rows`` with at most as many rows as columns: ``rows`` themselves when there
+    are no more of them than columns, else the ``R`` of their QR decomposition (square, ``RᵀR = rowsᵀ rows``)."""
+    if rows.shape[0] <= rows.shape[1]:
+        return rows.float().contiguous()
+    return torch.linalg.qr(rows.float(), mode="r").R.contiguous()
 
 
 @contextlib.contextmanager
@@ -192,4 +320,4 @@ def magnitude_importance(model: nn.Module, adapter: ArchitectureAdapter) -> Impo
         for weight in ffn_input_weights(adapter, layer):
             score = score * weight.detach().float().norm(dim=1)
         ffn.append(score.cpu())
-    return ImportanceScores(heads=heads, ffn=ffn, metadata={"criterion": "weight-magnitude"})
+    return ImportanceScores(heads=heads, ffn=ffn, metadata={"criterion": WEIGHT_MAGNITUDE})

@@ -9,9 +9,12 @@ one head and one neuron. :func:`plan_for_latency` with layer scores also weighs 
 layer (``drop-layers``): it saves ``layer_ms`` and whatever the layer still keeps, and loses the
 layer's score, E|dL/dg| for a gate on the layer's whole update, in the same unit as a head's.
 
-The loss-gradient scores of heads and of neurons are comparable as they are: each is E|dL/dg| for
-a multiplicative gate at 1 on the unit's output (``gates.py``), the first-order estimate of the
-loss change when the gate goes to 0, in the loss's units. Weight-magnitude scores (the data-free
+The loss scores of heads and of neurons are comparable as they are: each is a statistic of dL/dg for
+a multiplicative gate at 1 on the unit's output (``gates.py``). E|dL/dg| (``loss-gradient``) is the
+first-order estimate of the loss change when the gate goes to 0, in the loss's units; E[(dL/dg)²]
+(``fisher``, the default) is twice its second-order estimate, and half the sum over a removed set
+estimates what removing the set together costs (Kwon et al.), in the loss's units too, so the
+greedy removal by the lowest score per millisecond is their knapsack rule. Weight-magnitude scores (the data-free
 fallback) are not: a head's is a product of two Frobenius norms of whole slices, a neuron's of
 vector norms. They are put on one scale by :func:`comparable_scores`.
 """
@@ -22,6 +25,7 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import torch
@@ -30,13 +34,12 @@ from ...architectures import ArchitectureAdapter
 from ...errors import GhostifyError
 from ...latency_model import Geometry, LatencyModel
 from ..base import registry
-from .allocation import Selection
+from .allocation import Selection, heads_for_width, neurons_for_width
+from .settings import CRITERIA
 
 #: FFN neurons are removed in groups of ``ffn_size // NEURON_GROUPS`` (at least 1): a few dozen
 #: steps per layer instead of thousands
 NEURON_GROUPS = 64
-#: the criterion whose head and neuron scores share a unit (the loss's): see the module's docstring
-LOSS_CRITERION = "loss-gradient"
 
 
 def select_for_latency(
@@ -172,6 +175,20 @@ def _drop_ratio(latency: LatencyModel, score: float, heads: int, neurons: int) -
     return score / saving if saving > 0 else math.inf
 
 
+def uniform_width(latency: LatencyModel, target_ms: float, layers: int | None = None) -> Fraction | None:
+    """The widest uniform width ``k / (8·heads)`` (``prune --width``) whose ``layers`` layers (default: the
+    geometry's) ``latency`` predicts within ``target_ms``; None when not even one head per layer is."""
+    g = latency.geometry
+    layers = g.num_layers if layers is None else layers
+    steps = 8 * g.num_heads
+    for k in range(steps, 0, -1):
+        width = Fraction(k, steps)
+        heads, neurons = heads_for_width(g.num_heads, width), neurons_for_width(g.ffn_size, width)
+        if heads >= 1 and latency.predict([heads] * layers, [neurons] * layers) <= target_ms:
+            return width
+    return None
+
+
 def predict(latency: LatencyModel, heads: Sequence[int], neurons: Sequence[int],
             applications: Sequence[int] | None = None) -> float:
     """``latency``'s prediction for distinct layers of ``heads[l]`` heads and ``neurons[l]`` neurons,
@@ -225,11 +242,11 @@ def _check_finite(*groups: Sequence[torch.Tensor]) -> None:
 
 
 def comparable_scores(heads: Sequence[torch.Tensor], ffn: Sequence[torch.Tensor],
-                      metadata: dict[str, Any]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Head and neuron scores on one scale. Loss-gradient scores are (the module's docstring); other
-    criteria (weight magnitude) are divided by their kind's total over all layers, so that all the
-    heads and all the neurons weigh the same in sum."""
-    if metadata.get("criterion", LOSS_CRITERION) == LOSS_CRITERION:
+                      criterion: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Head and neuron scores on one scale. The loss criteria are (the module's docstring); others (weight
+    magnitude) are divided by their kind's total over all layers, so that all the heads and all the
+    neurons weigh the same in sum."""
+    if criterion in CRITERIA:
         return list(heads), list(ffn)
 
     def share(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:

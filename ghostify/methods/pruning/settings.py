@@ -15,6 +15,17 @@ from ...errors import GhostifyError
 from ..base import setting
 
 ALLOCATIONS = ("uniform", "global")
+#: what the scores of ``ghostify importance`` rank by: the Fisher information of the gates, E[(dL/dg)²]
+#: (Kwon et al. 2022: half the sum over a removed set is its second-order loss increase), or the first-order
+#: E|dL/dg| (Michel et al. 2019). Weight magnitude is what prune falls back to without scores.
+FISHER = "fisher"
+LOSS_GRADIENT = "loss-gradient"
+WEIGHT_MAGNITUDE = "weight-magnitude"
+CRITERIA = (FISHER, LOSS_GRADIENT)
+#: mask tuning holds out an eighth of its examples (at least one batch) to check the scales on
+TUNE_MIN_EXAMPLES = 16
+#: examples per forward pass of mask tuning (fewer when there are under 8 batches of them)
+TUNE_BATCH_SIZE = 32
 
 
 def parse_width(text: str | float | Fraction, name: str = "--width") -> Fraction:
@@ -48,6 +59,14 @@ class PruneSettings:
                                     "layers, for a predicted latency <= dense / X (needs --latency).")
     latency: str | None = setting(None, show_default=False, help="Latency model (file, or the directory of `ghostify "
                                   "latency MODEL -o DIR`) that --speedup predicts with.")
+    criterion: str = setting(FISHER, help=f"What the scores rank by: {FISHER} (E[(dL/dg)^2], the loss increase to "
+                             f"second order; Kwon et al. 2022) or {LOSS_GRADIENT} (E|dL/dg|, first order).")
+    rearrange: bool = setting(True, flag="--rearrange/--no-rearrange", help="Choose which heads and neurons each "
+                              "layer keeps by the layer's block of the Fisher information (units that matter "
+                              "together), keeping the counts the widths or --speedup chose.")
+    tune_masks: int = setting(0, min=0, help="Tune the kept heads' and neurons' scales by least squares on this many "
+                              "unlabelled training examples of the scores' data, so that each pruned layer "
+                              "reproduces the unpruned one (0: no tuning); folded into the weights.")
 
     def widths(self) -> tuple[Fraction, Fraction]:
         """The heads' and the FFN's width, each checked (a missing one is refused)."""
@@ -62,6 +81,17 @@ class PruneSettings:
         if self.allocation not in ALLOCATIONS:
             raise GhostifyError(f"unknown --allocation {self.allocation!r}; choose one of {', '.join(ALLOCATIONS)}")
         return heads, ffn
+
+    def check_search(self) -> None:
+        """Refuse an unknown criterion."""
+        if self.criterion not in CRITERIA:
+            raise GhostifyError(f"unknown --criterion {self.criterion!r}; choose one of {', '.join(CRITERIA)}")
+        if isinstance(self.tune_masks, bool) or not isinstance(self.tune_masks, int) or self.tune_masks < 0:
+            raise GhostifyError(f"--tune-masks {self.tune_masks!r} must be a whole number of examples (0: no tuning), "
+                                "e.g. 1024")
+        if 0 < self.tune_masks < TUNE_MIN_EXAMPLES:
+            raise GhostifyError(f"--tune-masks {self.tune_masks} is too few examples to fit and check the scales on; "
+                                f"give at least {TUNE_MIN_EXAMPLES} (e.g. 1024), or 0 for no tuning")
 
     def target_speedup(self) -> float | None:
         """The checked ``--speedup`` (None: prune to a width, checked by :meth:`widths`): a number

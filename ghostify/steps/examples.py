@@ -1,0 +1,77 @@
+"""Unlabelled examples of a task's training data as batches of model inputs: what a structural method
+reads through :attr:`ghostify.methods.Context.examples` (prune's mask tuning), described by what
+``ghostify importance`` recorded of its data (:func:`data_description`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ..checkpoint import load_config
+from ..data import load_split
+from ..errors import GhostifyError
+from ..settings import DataSettings, ImportanceDefaults, TaskSettings
+from ..tasks import TaskKind, dataset_for
+from .common import load_tokenizer
+from .training_common import task_kind
+
+#: the split the examples come from: never validation (the scores came from training data too)
+SPLIT = "train"
+
+
+def data_description(data: DataSettings, task: TaskSettings) -> dict[str, Any]:
+    """What :func:`unlabelled_batches` needs to read the same data again (JSON: tuples as lists)."""
+
+    def plain(settings: Any) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(settings).items()}
+
+    return {"data": plain(dataclasses.replace(data, max_samples=None)), "task": plain(task)}
+
+
+def settings_of(description: Mapping[str, Any], where: str) -> tuple[DataSettings, TaskSettings]:
+    """The data and task settings a :func:`data_description` holds, refused in one line when damaged."""
+    try:
+        data, task = dict(description["data"]), dict(description["task"])
+        for values in (data, task):
+            for key, value in values.items():
+                if isinstance(value, list):
+                    values[key] = tuple(value)
+        return DataSettings(**data), TaskSettings(**task)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise GhostifyError(f"{where} describes its data as {description!r}, which this ghostify cannot read "
+                            f"({type(exc).__name__}: {exc}); re-run `ghostify importance`") from None
+
+
+def unlabelled_batches(model: str | os.PathLike, description: Mapping[str, Any], count: int, seed: int,
+                       batch_size: int = ImportanceDefaults.batch_size) -> list[dict[str, Any]]:
+    """``count`` training examples (a seeded random subset) of the data ``description`` names, encoded as the
+    task's kind encodes them with ``model``'s tokenizer, without their labels, in batches of ``batch_size``."""
+    return task_batches(model, description, count, seed, batch_size)[1]
+
+
+def task_batches(model: str | os.PathLike, description: Mapping[str, Any], count: int, seed: int,
+                 batch_size: int = ImportanceDefaults.batch_size) -> tuple[TaskKind, list[dict[str, Any]]]:
+    """:func:`unlabelled_batches` and the task kind that read them (completed from the data: its labels)."""
+    from torch.utils.data import DataLoader
+
+    data, task = settings_of(description, "the importance scores")
+    kind = task_kind(data, task).for_model(load_config(model))
+    dataset = dataset_for(kind.preset, data.dataset)
+    rows = load_split(dataset, kind.preset, SPLIT, max_samples=count, seed=seed, require_labels=False)
+    rows.task = kind.with_data(rows)
+    tokenizer = load_tokenizer(model)
+    encoded = kind.encode(rows, tokenizer)
+    targets = [c for c in encoded.column_names if c in kind.targets]
+    if targets:
+        encoded = encoded.remove_columns(targets)
+    collate = kind.collator(tokenizer)
+    batches = [{k: v for k, v in batch.items() if k not in kind.targets}
+               for batch in DataLoader(encoded, batch_size=batch_size, collate_fn=collate)]
+    if not batches:
+        raise GhostifyError(f"no training examples in {data.dataset} to read")
+    return kind, batches
+
+
+__all__ = ["SPLIT", "data_description", "settings_of", "task_batches", "unlabelled_batches"]
