@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -52,6 +53,8 @@ SHARED = REPO.parent / "shared"
 RESULTS = REPO / "benchmarks" / "results" / "retraining_free.md"
 ROWS = "results.jsonl"
 ARMS = ("first-order", "fisher", "rearranged", "tuned", "uniform", "uniform-tuned")
+#: ``ghostify compress --budget none``: the candidate closest to the teacher, tuned, exported and measured
+COMPRESS = "compress"
 QUICK_ARMS = ("first-order", "tuned", "uniform")
 
 
@@ -95,6 +98,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--data", type=Path, default=SHARED / "data")
     p.add_argument("--output", type=Path, default=RESULTS)
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--no-compress", dest="compress", action="store_false",
+                   help="phase none: leave out the `ghostify compress --budget none` arm")
     args = p.parse_args(argv)
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     for task in args.tasks:
@@ -227,6 +232,7 @@ def evaluate(args, name: str, model: Path, out: Path) -> dict[str, float]:
 def run_none(args, name: str, rows: list[dict[str, Any]]) -> None:
     from ghostify import steps
     from ghostify.checkpoint import load_config, read_record
+    from ghostify.errors import GhostifyError
 
     model = teacher(args, name, rows)
     scores = scored(args, name, model, rows)
@@ -238,9 +244,16 @@ def run_none(args, name: str, rows: list[dict[str, Any]]) -> None:
             out = args.work / name / f"x{speedup:g}" / arm.name
             if not (out / "config.json").is_file():
                 start = time.perf_counter()
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    steps.prune(scores, out, **arm.prune)
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        steps.prune(scores, out, **arm.prune)
+                except GhostifyError as exc:  # a target beyond what heads and neurons reach on this machine
+                    common.stderr_log(f"{name} {speedup:g}x {arm.name}: {exc}")
+                    append_row(args.work, row := {"task": name, "arm": arm.name, "speedup": speedup, "phase": "none",
+                                                  "refused": str(exc)})
+                    rows.append(row)
+                    continue
                 seconds = time.perf_counter() - start
             else:
                 seconds = None
@@ -254,6 +267,32 @@ def run_none(args, name: str, rows: list[dict[str, Any]]) -> None:
                 "rearranged": prune.get("rearranged"), "tuned": summary_of_tuning(prune.get("tuned"))})
             rows.append(row)
         measure(args, name, speedup, model, rows)
+        if args.compress:
+            compressed(args, name, speedup, model, rows)
+
+
+def compressed(args, name: str, speedup: float, model: Path, rows: list[dict[str, Any]]) -> None:
+    """``ghostify compress --budget none`` from the teacher, timed: what it chose, kept and measured."""
+    from ghostify.recipe.compress import compress
+    from ghostify.settings import DataSettings, TaskSettings
+
+    if find(rows, task=name, arm=COMPRESS, speedup=speedup) is not None:
+        return
+    data = TASKS[name].data_for(args.data)
+    task_keys = {f for f in TaskSettings.__dataclass_fields__}
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = compress(model, args.work / name / f"x{speedup:g}" / "compress", speedup=speedup, budget="none",
+                          data=DataSettings(**{k: v for k, v in data.items() if k not in task_keys}),
+                          task_settings=TaskSettings(**{k: v for k, v in data.items() if k in task_keys}),
+                          say=common.stderr_log)
+    append_row(args.work, row := {
+        "task": name, "arm": COMPRESS, "speedup": speedup, "phase": "none", "metrics": report["metrics"],
+        "shipped_metrics": report.get("shipped_metrics"), "seconds": time.perf_counter() - start,
+        "measured_speedup": report["measured_speedup"], "choice": report.get("choice"),
+        "heads": report["heads_per_layer"], "ffn": report["neurons_per_layer"], "load": list(os.getloadavg())})
+    rows.append(row)
 
 
 def summary_of_tuning(tuned: Any) -> dict[str, Any] | None:
@@ -261,7 +300,8 @@ def summary_of_tuning(tuned: Any) -> dict[str, Any] | None:
         return None
     layers = tuned.get("layers", [])
     applied = [r for r in layers if r.get("applied")]
-    return {"examples": tuned.get("examples"), "applied": len(applied), "of": len(layers),
+    return {"examples": tuned.get("examples"), "applied": len(applied), "of": len(layers), "kept": tuned.get("kept"),
+            "distance_before": tuned.get("distance_before"), "distance_after": tuned.get("distance_after"),
             "held_out_before": sum(r["held_out_before"] for r in layers),
             "held_out_after": sum(r["held_out_after"] for r in layers)}
 
@@ -272,11 +312,13 @@ def measure(args, name: str, speedup: float, teacher_model: Path, rows: list[dic
 
     if find(rows, task=name, arm="measured", speedup=speedup) is not None:
         return
+    if not any(find(rows, task=name, arm=arm, speedup=speedup, phase="none", refused=None) for arm in ARMS):
+        return
     base = args.work / name / f"x{speedup:g}"
     shapes: dict[str, list[str]] = {}
     for arm in ARMS:
         row = find(rows, task=name, arm=arm, speedup=speedup, phase="none")
-        if row is not None:
+        if row is not None and "refused" not in row:
             shapes.setdefault(json.dumps([row["heads"], row["ffn"]]), []).append(arm)
     graphs = [export_int8(teacher_model, args.work / name / "teacher-int8")]
     for arms in shapes.values():
@@ -286,7 +328,7 @@ def measure(args, name: str, speedup: float, teacher_model: Path, rows: list[dic
     measured = {arm: {"ms": r["cpu_median_ms"], "speedup": dense / r["cpu_median_ms"]}
                 for arms, r in zip(shapes.values(), results[1:]) for arm in arms}
     append_row(args.work, row := {"task": name, "arm": "measured", "speedup": speedup, "dense_ms": dense,
-                                  "arms": measured, "load": list(__import__("os").getloadavg())})
+                                  "arms": measured, "load": list(os.getloadavg())})
     rows.append(row)
 
 
@@ -336,7 +378,7 @@ def run_quick(args, name: str, rows: list[dict[str, Any]]) -> None:
 
 # ----- report ---------------------------------------------------------------------------------------------
 def score(row: dict[str, Any] | None, name: str) -> float | None:
-    if row is None:
+    if row is None or "refused" in row:
         return None
     return row["metrics"].get(TASKS[name].metric) * TASKS[name].points
 
@@ -370,7 +412,7 @@ def report(args, rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
              "and timed against the dense teacher's int8 graph, taking turns (median CPU time, "
              f"{args.rounds} rounds).", ""]
     names = [n for n in TASKS if find(rows, task=n, arm="teacher")]
-    header = ["task", "target", "teacher", *ARMS]
+    header = ["task", "target", "teacher", *ARMS, "compress --budget none (chosen)"]
     table = []
     for name in names:
         t = score(find(rows, task=name, arm="teacher"), name)
@@ -380,8 +422,19 @@ def report(args, rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
             for arm in ARMS:
                 r = find(rows, task=name, arm=arm, speedup=speedup, phase="none")
                 m = measured.get(arm)
-                cells.append("-" if r is None else f"{fmt(score(r, name))} ({fmt(score(r, name) - t, 1)}) "
-                             f"@{m['speedup']:.2f}x" if m else f"{fmt(score(r, name))}")
+                if r is None:
+                    cells.append("-")
+                elif "refused" in r:
+                    cells.append("out of reach")
+                else:
+                    cells.append(f"{fmt(score(r, name))} ({score(r, name) - t:+.1f})"
+                                 + (f" @{m['speedup']:.2f}x" if m else ""))
+            c = find(rows, task=name, arm=COMPRESS, speedup=speedup)
+            if c is None:
+                cells.append("-")
+            else:
+                cells.append(f"{fmt(score(c, name))} ({score(c, name) - t:+.1f}) @{c['measured_speedup']:.2f}x, "
+                             f"{(c.get('choice') or {}).get('chosen', '?')}, {c['seconds'] / 60:.1f} min")
             table.append([name, f"{speedup:g}x", fmt(t), *cells])
     lines += ["## Without training", "",
               "Each cell: score (points against the teacher) @ measured int8 speed-up.", "",

@@ -33,7 +33,7 @@ from torch import nn
 from .architectures import get_adapter
 from .card import checkpoint_facts, write_card
 from .errors import CheckpointError, GhostifyError
-from .files import atomic_directory, copy_tokenizer, link_input, path_inside
+from .files import atomic_directory, check_source, copy_tokenizer, link_input, looks_like_path, path_inside
 from .methods import distinct_layers, restore_all, save_all, validate_record
 from .record import RECORD_KEY, GhostifyRecord
 
@@ -76,8 +76,8 @@ def load_config(source: str | os.PathLike, **overrides: Any):
             json.loads((path / CONFIG_NAME).read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise CheckpointError(f"corrupt config.json in {source}: {exc}; restore or re-create the checkpoint") from exc
-    elif _looks_like_path(source):
-        raise CheckpointError(f"checkpoint {source} does not exist; check the path")
+    elif looks_like_path(source):
+        check_source(source)
     else:
         _check_hub_reachable(source)
     try:
@@ -130,10 +130,6 @@ def _reachable(endpoint: str, timeout: float) -> bool:
             return True
     except OSError:
         return False
-
-
-def _looks_like_path(source: str) -> bool:
-    return source.startswith((".", "/", "~")) or source.endswith("/") or source.count("/") > 1 or os.sep + os.sep in source
 
 
 def read_record(config) -> GhostifyRecord | None:

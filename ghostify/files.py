@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .console import is_main_process
-from .errors import GhostifyError, Terminated
+from .errors import CheckpointError, GhostifyError, Terminated
 
 log = logging.getLogger(__name__)
 
@@ -98,16 +98,50 @@ def check_output_dir(output: str | os.PathLike, *, overwrite: bool, inputs: tupl
     out = Path(output).expanduser()
     check_name_length(out)
     check_disjoint([out], inputs)
+    check_not_a_file(out)  # before "pass --overwrite", which would not help
     if out.exists() and not overwrite:
         raise GhostifyError(f"output directory {out} already exists; pass --overwrite to replace it or choose another -o")
-    if out.exists() and not out.is_dir():
-        raise GhostifyError(f"output {out} exists and is a file; choose another -o")
     for parent in out.absolute().parents:
         if parent.exists():
             if not parent.is_dir():
                 raise GhostifyError(f"output {out} cannot be created: {parent} is a file, not a directory; choose another -o")
             break
     return out
+
+
+def check_not_a_file(output: str | os.PathLike) -> None:
+    """Refuse an output directory that names an existing file (--overwrite replaces only directories)."""
+    out = Path(output).expanduser()
+    if out.exists() and not out.is_dir():
+        raise GhostifyError(f"output {out} exists and is a file; choose another -o")
+
+
+def check_input_file(path: str | os.PathLike, what: str, kind: str, *, example: str) -> Path:
+    """An input file a command reads whole (``what``: "recipe", of ``kind`` "YAML"), refused in one
+    line when it is missing, a directory (``example``: the file it may hold) or not a regular file.
+    Light: the command line checks it before torch loads."""
+    path = Path(path)
+    if path.is_dir():
+        raise GhostifyError(f"{what} {path} is a directory, not a {kind} file; name the {what} file "
+                            f"(e.g. {path / example})")
+    if not path.exists():
+        raise GhostifyError(f"{what} {path} does not exist; check the path")
+    if not path.is_file():
+        raise GhostifyError(f"{what} {path} is not a regular file; name a {kind} file")
+    return path
+
+
+def looks_like_path(source: str) -> bool:
+    """Whether a model name is meant as a local path rather than a hub id (``org/name``)."""
+    return (source.startswith((".", "/", "~")) or source.endswith("/") or source.count("/") > 1
+            or os.sep + os.sep in source)
+
+
+def check_source(source: str | os.PathLike, what: str = "checkpoint") -> None:
+    """Refuse a checkpoint named by a local path that does not exist (a hub id is the hub's to answer).
+    Light on purpose: the command line checks its inputs with it before torch loads."""
+    if not Path(source).expanduser().exists() and looks_like_path(str(source)):
+        raise CheckpointError(f"{what} {source} does not exist; check the path")
 
 
 def check_disjoint(outputs, inputs, *, flag: str = "-o") -> None:

@@ -146,6 +146,31 @@ def copy_sentence_transformers(origin: Path, directory: Path) -> None:
     copy_code_files(origin, directory, [str(m.get("type", "")) for m in modules], "modules.json")
 
 
+def set_embedding_dimension(directory: Path, width: int) -> None:
+    """Make the sentence-transformers layout in ``directory`` say that the encoder's output is ``width`` wide (a
+    model whose hidden size was cut): its pooling config's ``word_embedding_dimension``, which
+    sentence-transformers reports as the embedding size. A dense module after the pooling reads the old width
+    and is refused."""
+    for module in read_modules(directory) or []:
+        kind, folder = str(module.get("type", "")), str(module.get("path") or "")
+        if not (kind.endswith("Pooling") or kind.endswith("Dense")):
+            continue
+        file = path_inside(directory, str(Path(folder) / "config.json"), "modules.json")
+        try:
+            config = json.loads(file.read_text())
+        except (OSError, ValueError) as exc:
+            raise GhostifyError(f"cannot read {file}: {exc}; {RESTORE}") from None
+        if not isinstance(config, dict):
+            continue
+        if kind.endswith("Dense") and config.get("in_features") not in (None, width):
+            raise GhostifyError(f"{directory / 'modules.json'} has a dense module ({folder}) that reads "
+                                f"{config['in_features']} features, but the encoder's output is {width} wide (its hidden "
+                                "size was cut); prune the hidden size with --keep-output-dim for this model")
+        if kind.endswith("Pooling") and config.get("word_embedding_dimension") != width:
+            config["word_embedding_dimension"] = width
+            file.write_text(json.dumps(config, indent=2))
+
+
 def _check_tree(directory: Path, folder: str) -> None:
     """Nothing under ``directory/folder`` leads out of ``directory`` through a symlink."""
     for parent, dirs, files in os.walk(directory / folder):

@@ -174,7 +174,7 @@ def test_compress_never_advises_a_speedup_it_refuses(drop_layers, world, tmp_pat
                              "FFN neurons (at most 1.00x" if not drop_layers else "predicts no speed-up")
     assert "ask for" not in error and "--refresh" in error
     assert ("--drop-layers" in error) != drop_layers  # advised only where it was not asked for
-    assert [p.name for p in (out / "stages").iterdir() if p.is_dir()] == ["01-latency"]  # refused before any training
+    assert not out.exists()  # refused from the latency model alone, before any stage ran: nothing in OUT
 
 
 def _fake_stages(monkeypatch) -> list[float]:
@@ -190,7 +190,7 @@ def _fake_stages(monkeypatch) -> list[float]:
         return {"allocated_for": speedup, "predicted": 2.0, "measured": 1.98, "rounds": rounds}
 
     monkeypatch.setattr(compress_module, "_check_reachable", lambda *a: None)
-    monkeypatch.setattr(compress_module, "_against_uniform", lambda *a: None)
+    monkeypatch.setattr(compress_module, "_choose", lambda *a: None)
     monkeypatch.setattr(compress_module, "_allocate_and_measure", allocate)
     monkeypatch.setattr(compress_module, "run_recipe", lambda *a, **k: None)
     monkeypatch.setattr(compress_module, "_measure", lambda *a, **k: {"measured": 1.98})
@@ -205,8 +205,8 @@ def _fake_stages(monkeypatch) -> list[float]:
 ALLOCATIONS: list[tuple[str, Any, str]] = [
     ("attempts-of-empty-mappings", lambda a: a.__setitem__("attempts", [{}]), "attempts[0].allocated_for = None"),
     ("choice-not-a-mapping", lambda a: a.__setitem__("choice", "uniform"), "choice = 'uniform', neither null nor"),
-    ("choice-of-a-bad-width", lambda a: a.__setitem__("choice", {"chosen": "uniform", "width": "7/0"}),
-     "choice.width = '7/0', not a width"),
+    ("prune-of-a-bad-width", lambda a: a.__setitem__("prune", {"width": "7/0"}), "prune.width = '7/0', not a width"),
+    ("prune-not-a-mapping", lambda a: a.__setitem__("prune", [2]), "prune = [2], neither null nor"),
     ("attempts-empty", lambda a: a.__setitem__("attempts", []), "attempts = [], not a list of measured allocations"),
     ("attempts-not-a-list", lambda a: a.__setitem__("attempts", "twice"), "attempts = 'twice'"),
     ("measured-not-a-number", lambda a: a["attempts"][0].__setitem__("measured", float("nan")),
@@ -247,14 +247,19 @@ def test_a_damaged_allocation_is_made_again_with_one_warning(name, damage, warni
     assert _snapshot(world) == before
 
 
-#: `python -m ghostify ARGS`, but pausing once the latency model is being measured (compress's first stage)
-PAUSED_LATENCY = """\
+#: `python -m ghostify ARGS`, but with a latency model of fixed costs (1.5x within reach: compress goes on to OUT)
+#: and pausing once compress runs its first stage, holding OUT's lock
+PAUSED_STAGES = """\
 import importlib, runpy, sys, time
+from ghostify.latency_model import LatencyModel
 latency = importlib.import_module("ghostify.steps.latency")
+latency.measure = lambda config, geometry, deployment, machine, **kwargs: LatencyModel(
+    geometry, deployment, machine, base_ms=1.0, layer_ms=0.1, head_ms=0.5, neuron_ms=0.01)
+compress = importlib.import_module("ghostify.recipe.compress")
 def paused(*args, **kwargs):
-    print("MEASURING", flush=True)
+    print("RUNNING", flush=True)
     time.sleep(120)
-latency.measure = paused
+compress.run_recipe = paused
 sys.argv = ["ghostify", *sys.argv[1:]]
 runpy.run_module("ghostify", run_name="__main__")
 """
@@ -273,10 +278,10 @@ def test_a_second_compress_on_one_output_is_refused_while_the_first_runs(world, 
 
     out = tmp_path / "out"
     args = _fill([*COMPRESS, "--speedup", "1.5"], world, out)
-    first = _paused(PAUSED_LATENCY, args[:], tmp_path / "cache")
+    first = _paused(PAUSED_STAGES, args[:], tmp_path / "cache")
     try:
-        assert first.stdout.readline().strip() == "MEASURING", first.stderr.read()
-        monkeypatch.setenv("GHOSTIFY_CACHE", str(tmp_path / "cache"))
+        assert first.stdout.readline().strip() == "RUNNING", first.stderr.read()
+        monkeypatch.setenv("GHOSTIFY_CACHE", str(tmp_path / "cache"))  # the first run's latency model: 1.5x in reach
         error = _check_one_error(capsys, world, out, args, f"{out} is in use by another ghostify run "
                                  f"(process {first.pid}); wait for it to finish, or choose another -o", kept=(out,))
         assert error.startswith("error: ")

@@ -139,3 +139,19 @@ def test_bert_base_figures_match_the_paper(tmp_path, capsys):
     assert data["params"] == pytest.approx(45.7e6, rel=0.002)
     assert data["flops"] == pytest.approx(5.6e9, rel=0.01)
     assert data["heads_per_layer"] == [3] * 12 and data["ffn_per_layer"] == [768] * 12
+
+
+def test_info_history_shows_the_settings_that_differ_from_the_defaults(tiny_dir, tmp_path, capsys):
+    """Issue 39: the history dumped every setting (about 50 lines); --json keeps them all."""
+    code, _, err = run_cli(capsys, "prune", tiny_dir, "-o", tmp_path / "p", "--width", "2/4", "--seed", "3")
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "info", tmp_path / "p")
+    assert code == 0, err
+    shown = " ".join(out.split())
+    assert "width=2/4" in shown and "seed=3" in shown
+    assert "allocation=" not in shown and "tune_masks=" not in shown and "rearrange=" not in shown  # defaults
+    assert "criterion=weight-magnitude" in shown  # what it did without scores: not the default (fisher)
+    assert "every setting" in shown and "--json" in shown
+    code, out, _ = run_cli(capsys, "info", tmp_path / "p", "--json")
+    arguments = json.loads(out)["history"][0]["arguments"]
+    assert arguments["allocation"] == "uniform" and arguments["tune_masks"] == 0 and arguments["width"] == "2/4"

@@ -97,7 +97,7 @@ def test_a_missed_speedup_is_reallocated_once_with_the_measured_correction(world
 
     ran = []
     monkeypatch.setattr(compress_module, "_check_reachable", lambda *a: None)
-    monkeypatch.setattr(compress_module, "_against_uniform", lambda *a: None)
+    monkeypatch.setattr(compress_module, "_choose", lambda *a: None)
     monkeypatch.setattr(compress_module, "_allocate_and_measure", fake_measure)
     monkeypatch.setattr(compress_module, "run_recipe", lambda recipe, run_dir, on_stage=None: ran.append(recipe))
     monkeypatch.setattr(compress_module, "_measure", lambda *a, **k: {"measured": 2.02, "dense_ms": 2.0,
@@ -120,7 +120,7 @@ def test_a_missed_speedup_is_reallocated_once_with_the_measured_correction(world
 def test_a_speedup_within_tolerance_is_not_reallocated(world, tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(compress_module, "_check_reachable", lambda *a: None)
-    monkeypatch.setattr(compress_module, "_against_uniform", lambda *a: None)
+    monkeypatch.setattr(compress_module, "_choose", lambda *a: None)
     monkeypatch.setattr(compress_module, "_allocate_and_measure",
                         lambda recipe, *a: calls.append(1) or {"allocated_for": 2, "predicted": 2.0, "measured": 1.92})
     monkeypatch.setattr(compress_module, "run_recipe", lambda *a, **k: None)
@@ -153,6 +153,9 @@ def test_compress_runs_end_to_end_on_a_tiny_model(world, tmp_path, capsys, fixed
     out = tmp_path / "out"
     code, stdout, err = run_cli(capsys, *_toy_args(world, out, "--speedup", "1.1", "--runtime", "pytorch"))
     assert code == 0, err
+    # each stage said once: a prefix of the recipe run again does not report the stages it finds done as skipped
+    done = {line.split(":")[0] for line in err.splitlines() if ": done in " in line}
+    assert "01-latency" in done and not [line for line in err.splitlines() if line.endswith(": skipped")], err
     report = json.loads((out / "report.json").read_text())
     assert report["target_speedup"] == 1.1 and report["measured_speedup"] > 0
     assert report["allocations"] and report["allocations"][0]["predicted"] >= 1.1 * 0.999
@@ -176,13 +179,20 @@ def test_a_recipe_whose_teacher_is_its_model_validates(world):
     assert any(s.command.name == "distill" for s in recipe.stages)
 
 
-def test_a_speedup_out_of_reach_is_refused_before_any_training(world, tmp_path, capsys):
-    """The latency model is the first stage: 50x on a tiny model is refused before the teacher or importance run."""
+def test_a_speedup_out_of_reach_is_refused_before_any_stage_runs(world, tmp_path, capsys, fixed_latency):
+    """50x on a tiny model is refused from the latency model alone (measured into this machine's cache, or read
+    from it): before any stage runs, before the teacher is announced, and leaving nothing in OUT."""
+    tiny_checkpoint(tmp_path / "bare", head="base")  # no head for the task: compress would fine-tune a teacher
     out = tmp_path / "out"
-    code, stdout, err = run_cli(capsys, *_toy_args(world, out, "--speedup", "50", "--runtime", "pytorch"))
-    assert code == 2, err
-    assert "--speedup 50 is out of reach" in err and "Traceback" not in err
-    assert [p.name for p in (out / "stages").iterdir() if p.is_dir() and not p.name.startswith(".")] == ["01-latency"]
+    args = _toy_args(world, out, "--speedup", "50", "--runtime", "pytorch")
+    args[1] = tmp_path / "bare"
+    for attempt in ("measured", "cached"):
+        code, stdout, err = run_cli(capsys, *args)
+        assert code == 2, err
+        assert "--speedup 50 is out of reach" in err.strip().splitlines()[-1] and "Traceback" not in err
+        assert "teacher is fine-tuned" not in err and "01-latency" not in err, err
+        assert not out.exists(), attempt
+    assert "measured before on this machine" in err  # the second attempt read the cache
 
 
 def test_a_rerun_after_a_reallocation_redoes_nothing(world, tmp_path, monkeypatch, capsys, fixed_latency):
@@ -209,6 +219,8 @@ def test_a_rerun_after_a_reallocation_redoes_nothing(world, tmp_path, monkeypatc
     code, stdout, err = run_cli(capsys, *args)
     assert code == 0, err
     assert "the allocation of the earlier run" in err and ": running" not in err
+    said = [line.split(":")[0] for line in err.splitlines() if line.endswith(": skipped")]
+    assert said and len(said) == len(set(said)), err  # each stage once, though the runner ran prefixes of the recipe
     assert {p.name: (p / "stage.json").read_text() for p in (out / "stages").iterdir()
             if (p / "stage.json").is_file()} == stamps
 
@@ -232,10 +244,11 @@ def test_compress_without_training_prunes_tunes_and_ships(world, tmp_path, capsy
     history = json.loads((out / "stages" / "04-prune" / "config.json").read_text())["ghostify"]["history"]
     prune = history[-1]["arguments"]
     assert prune["tune_masks"] == BUDGETS["none"].tune_masks and prune["tuned"]["examples"] == 48  # all the toy rows
-    assert prune["criterion"] == "fisher" and "rearranged" in prune
+    assert prune["criterion"] in ("fisher", "loss-gradient")
+    assert ("rearranged" in prune) == prune["rearrange"] == (report["choice"]["chosen"] == "fisher+rearranged")
     assert report["model_dir"].endswith("04-prune")
     assert "retraining-free" in (out / "report.md").read_text()
-    assert report["against_uniform"]["chosen"] in ("search", "uniform")
+    assert report["choice"]["chosen"] in ("fisher", "fisher+rearranged", "loss-gradient", "uniform")
 
 
 @pytest.mark.parametrize("extra, flag", [(["--ghosts"], "--ghosts"), (["--epochs", "2"], "--epochs")])
@@ -245,20 +258,22 @@ def test_training_settings_are_refused_without_training(world, tmp_path, capsys,
     assert not (tmp_path / "out").exists()
 
 
-def test_uniform_width_replaces_the_search_when_it_is_closer_to_the_teacher(world, tmp_path, capsys, fixed_latency,
-                                                                            monkeypatch):
+def test_the_allocation_closest_to_the_teacher_is_kept(world, tmp_path, capsys, fixed_latency, monkeypatch):
     from ghostify.steps import fidelity
 
-    monkeypatch.setattr(fidelity, "teacher_gap", lambda models, *a, **k: [0.5, 0.25])  # search, uniform
+    monkeypatch.setattr(fidelity, "teacher_gap", lambda models, *a, **k: [0.5, 0.45, 0.4, 0.25][:len(models)])
     out = tmp_path / "out"
     args = _without_training(world, out, "--speedup", "1.1", "--runtime", "pytorch")
     code, stdout, err = run_cli(capsys, *args)
     assert code == 0, err
     report = json.loads((out / "report.json").read_text())
-    choice = report["against_uniform"]
-    assert choice["chosen"] == "uniform" and report["allocations"][-1]["allocation"] == "uniform"
+    choice = report["choice"]
+    assert choice["chosen"] == "uniform" and set(choice["gaps"]) == {"fisher", "fisher+rearranged", "loss-gradient",
+                                                                     "uniform"}
+    assert report["allocations"][-1]["allocation"] == "uniform"
     prune = json.loads((out / "stages" / "04-prune" / "config.json").read_text())["ghostify"]["history"][-1]["arguments"]
-    assert prune["width"] == choice["width"] and prune.get("speedup") is None
-    assert "uniform width replaced the search" in (out / "report.md").read_text()
+    allocation = json.loads((out / "allocation.json").read_text())["prune"]  # the width of the last allocation
+    assert prune["width"] == allocation["width"] and prune.get("speedup") is None
+    assert "Kept: **uniform width" in (out / "report.md").read_text()
     code, stdout, err = run_cli(capsys, *args)  # again: the choice is kept, nothing runs
     assert code == 0 and "the allocation of the earlier run" in err and ": running" not in err

@@ -159,3 +159,38 @@ def test_bad_data_files_are_one_line(capsys, world, files, tmp_path, case, args,
     out = tmp_path / "out"
     filled = _fill([a.replace("{files}", str(files)) for a in args], world, out)
     _check_refused(capsys, world, out, filled, expected, inputs=(files,))
+
+
+@pytest.mark.parametrize("extension", (".csv", ".jsonl", ".parquet"))
+def test_the_one_text_column_besides_the_label_is_read_without_text_columns(tmp_path, capsys, extension):
+    """Issue 39: a file with one text column besides the label needed --text-columns; it is inferred, and said."""
+    model = tiny_checkpoint(tmp_path / "m", head="base")
+    rows = [{"id": i, "review": r["sentence"], "label": r["label"]} for i, r in enumerate(_rows(40))]
+    data = write_rows(tmp_path / f"reviews{extension}", rows)
+    code, _, err = run_cli(capsys, "finetune", model, "-o", tmp_path / "ft", "--dataset", data, "--epochs", "1",
+                           "--batch-size", "8")
+    assert code == 0, err
+    said = [line for line in err.splitlines() if "'review'" in line]
+    assert len(said) == 1 and said[0].startswith("warning: ") and "only column of text besides the label 'label'" in said[0]
+    code, out, err = run_cli(capsys, "eval", tmp_path / "ft", "--dataset", data, "--json")
+    assert code == 0, err
+    assert json.loads(out)["samples"] == 4
+
+
+def test_two_text_columns_still_need_text_columns(tmp_path, capsys):
+    model = tiny_checkpoint(tmp_path / "m", head="base")
+    data = write_rows(tmp_path / "pairs.csv", [{"a": r["sentence"], "b": r["sentence"], "label": r["label"]}
+                                               for r in _rows(20)])
+    code, _, err = run_cli(capsys, "finetune", model, "-o", tmp_path / "ft", "--dataset", data)
+    assert code == 2 and "set --text-columns (its text columns are a, b;" in err and "Traceback" not in err
+
+
+def test_a_file_without_labels_suggests_label_free_only_where_a_command_has_it(tmp_path, capsys):
+    """Issue 39: finetune, which has no --label-free, was told to pass it."""
+    model = tiny_checkpoint(tmp_path / "m", head="base")
+    data = write_rows(tmp_path / "unlabelled.csv", [{"sentence": r["sentence"]} for r in _rows(20)])
+    code, _, err = run_cli(capsys, "finetune", model, "-o", tmp_path / "ft", "--dataset", data)
+    assert code == 2 and "has no labels in column 'label'" in err and "set --label-column" in err
+    assert "--label-free" not in err
+    code, _, err = run_cli(capsys, "importance", model, "-o", tmp_path / "s", "--dataset", data, "--samples", "4")
+    assert code == 2 and "or score without labels with --label-free" in err

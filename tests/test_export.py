@@ -104,6 +104,7 @@ def test_hf_export_loads_without_ghostify_for_every_family_and_method(tmp_path):
         out.mkdir()
         written = write_hf(net, out, source=source)
         assert not written.stock and written.auto_class == "AutoModelForSequenceClassification"
+        _assert_only_needed_code(written.code_files, net)
         inputs = input_names(net)
         batches = [example_batch(net.config, inputs, 3, 11, seed=1), example_batch(net.config, inputs, 2, 6, seed=2, padded=False)]
         with torch.no_grad():
@@ -119,6 +120,32 @@ def test_hf_export_loads_without_ghostify_for_every_family_and_method(tmp_path):
         got = loaded[case["dir"]]
         assert got["worst"] <= 1e-5, (family, variant, got)
         assert ".modeling_ghostify." in got["class"], got  # the export's own class (named like the stock one)
+
+
+def _assert_only_needed_code(files: list[str], net) -> None:
+    """The structure code of the methods the record has (and pruning's), and of the model's family's adapters."""
+    from ghostify.architectures import _ADAPTERS
+    from ghostify.export.code import flat_name
+    from ghostify.methods import methods
+
+    record = model_record(net)
+    own = flat_name(type(get_adapter(net.config)).__module__) + ".py"
+    families = {flat_name(cls.__module__) + ".py" for cls in _ADAPTERS}
+    assert own in files and not (families - {own}) & set(files), (own, sorted(files))
+    for method in methods():
+        needed = not method.tracked or method.present(record)
+        shipped = any(f.startswith(f"ghostify_methods_{method.name}_restore") for f in files)
+        assert shipped == needed, (method.name, sorted(files))
+
+
+def test_an_hf_export_of_a_pruned_bert_ships_only_the_code_its_record_needs(tmp_path):
+    """Issue 39: it shipped 40 ghostify_*.py files (ModernBERT, DeBERTa, references, ...)."""
+    model = tiny_checkpoint(tmp_path / "dense", "bert")
+    steps.prune(model, tmp_path / "pruned", heads_width=0.5, ffn_width=0.5, allocation="global")
+    steps.export(tmp_path / "pruned", tmp_path / "hf")  # checked: it loads without ghostify
+    files = sorted(p.name for p in (tmp_path / "hf").glob("*.py"))
+    _assert_only_needed_code(files, load_model(tmp_path / "pruned"))
+    assert len([f for f in files if f.startswith("ghostify_")]) <= 12, files
 
 
 def test_export_command_checks_hf_and_a_uniform_ffn_width_is_a_stock_checkpoint(tmp_path, capsys):

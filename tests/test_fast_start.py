@@ -11,6 +11,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+import pytest
+
 import ghostify
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,3 +71,54 @@ def test_show_completion_prints_a_bash_script():
     result = _run("-m", "ghostify", "--show-completion", "bash")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "_GHOSTIFY_COMPLETE" in result.stdout and "complete " in result.stdout
+
+
+#: (command line, what its one line says): inputs refused before any library loads
+_REFUSED_AT_ONCE = [
+    (["eval", "{m}", "--task", "sst2", "--dataset", "{tmp}/glu"], "dataset directory {tmp}/glu does not exist"),
+    (["eval", "{tmp}/no-model", "--task", "sst2"], "checkpoint {tmp}/no-model does not exist"),
+    (["eval", "{tmp}/model.onnx", "--task", "sst2"], "ONNX model {tmp}/model.onnx does not exist"),
+    (["eval", "{m}", "--task", "sst3"], "unknown task 'sst3'"),
+    (["eval", "{m}", "--task", "sst2", "--metric", "accuracyy"], "unknown --metric 'accuracyy'"),
+    (["finetune", "{m}", "-o", "{tmp}/f", "--task", "sst2", "--validation-file", "{tmp}/v.csv"], "--validation-file {tmp}/v.csv is not a file"),
+    (["finetune", "{m}", "-o", "{tmp}/f", "--task", "sst2", "--mixed-precision", "fp8"], "--mixed-precision 'fp8'"),
+    (["distill", "--teacher", "{tmp}/t", "--student", "{m}", "-o", "{tmp}/d", "--task", "sst2"], "checkpoint {tmp}/t does not exist"),
+    (["prune", "{m}", "-o", "{tmp}/p", "--width", "0.5", "--importance", "{tmp}/scores"], "--importance {tmp}/scores does not exist"),
+    (["prune", "{m}", "-o", "{tmp}/p", "--speedup", "2", "--latency", "{tmp}/lat"], "latency model {tmp}/lat does not exist"),
+    (["prune", "{m}", "-o", "{tmp}/a-file", "--width", "0.5", "--overwrite"], "output {tmp}/a-file exists and is a file"),
+    (["run", "{tmp}/recipe.yaml", "-o", "{tmp}/r"], "recipe {tmp}/recipe.yaml does not exist"),
+    (["bench", "{m}", "{tmp}/other"], "checkpoint {tmp}/other does not exist"),
+    (["compress", "{m}", "-o", "{tmp}/c", "--speedup", "2", "--dataset", "{tmp}/data"], "dataset directory {tmp}/data does not exist"),
+    (["augment", "--mlm", "{tmp}/mlm", "--task", "sst2", "-o", "{tmp}/a"], "checkpoint {tmp}/mlm does not exist"),
+]
+
+_REFUSE = textwrap.dedent("""
+    import contextlib, io, json, sys, time
+
+    start = time.perf_counter()
+    from ghostify.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(json.loads(sys.argv[1]))
+    print(json.dumps({"code": code, "err": err.getvalue(), "seconds": time.perf_counter() - start,
+                      "heavy": [m for m in %r if m in sys.modules]}))
+""" % (HEAVY,))
+
+
+@pytest.mark.parametrize(("args", "said"), _REFUSED_AT_ONCE, ids=[" ".join(a[:1] + a[-2:]) for a, _ in _REFUSED_AT_ONCE])
+def test_a_missing_path_or_unknown_name_is_refused_before_torch_loads(args, said, tmp_path):
+    """The issue: `eval --dataset ../shared/data/glu` took 15.9 s to say the directory does not exist."""
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (tmp_path / "a-file").write_text("")
+    filled = [a.format(m=model, tmp=tmp_path) for a in args]
+    result = _run("-c", _REFUSE, json.dumps(filled))
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    lines = got["err"].strip().splitlines()
+    assert got["code"] == 2 and len(lines) == 1 and lines[0].startswith("error: "), got
+    assert said.format(tmp=tmp_path) in lines[0], lines[0]
+    assert got["heavy"] == [], f"{args[0]} imported {got['heavy']} before refusing"
+    assert got["seconds"] < 2, f"took {got['seconds']:.1f}s"  # about 0.3 s (the CLI's start) on a quiet machine

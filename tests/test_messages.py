@@ -89,3 +89,17 @@ def test_a_failed_stage_exits_1_and_a_left_out_stage_is_named(extra, capsys, tmp
     assert [line for line in err.splitlines() if line.startswith("error:")] == \
         [line for line in err.splitlines() if line.startswith("error: stage 03-eval failed: ")]
     assert "Traceback" not in err
+
+
+def test_an_output_that_is_a_file_says_so_at_once(world, tmp_path, capsys):  # noqa: F811
+    """Issue 39: first "pass --overwrite", then with it "exists and is a file"; the second is said at once."""
+    from ghostify import steps
+    from ghostify.errors import GhostifyError
+
+    (tmp_path / "a-file").write_text("")
+    for extra in ([], ["--overwrite"]):
+        code, _, err = run_cli(capsys, "prune", world / "m", "-o", tmp_path / "a-file", "--width", "0.5", *extra)
+        assert code == 2 and "exists and is a file; choose another -o" in err and "--overwrite" not in err, err
+    with pytest.raises(GhostifyError, match="exists and is a file; choose another -o"):  # the library says the same
+        steps.prune(world / "m", tmp_path / "a-file", width=0.5)
+    assert (tmp_path / "a-file").read_text() == ""

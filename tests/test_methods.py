@@ -19,7 +19,8 @@ from ghostify.testing import tiny_checkpoint
 
 
 def test_the_registry_lists_every_method_once_in_restore_order():
-    assert [m.name for m in METHODS] == ["sharing", "dropped_layers", "pruning", "grouped", "ghost", "embeddings", "references"]
+    assert [m.name for m in METHODS] == ["sharing", "dropped_layers", "hidden", "pruning", "grouped", "ghost", "embeddings",
+                                        "references"]
     for method in METHODS:  # every rule names a method that comes later in the restore order
         assert all(METHODS.index(BY_NAME[later]) > METHODS.index(method) for later in method.before)
 

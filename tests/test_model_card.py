@@ -160,12 +160,20 @@ def test_the_check_without_ghostify_reads_the_card_back(made, tmp_path, monkeypa
 
 
 def test_an_export_of_a_trained_checkpoint_carries_its_metrics(made, tmp_path):
-    """The export's card reads the checkpoint's training.json (an input: read only)."""
+    """The export's card reads the checkpoint's training.json (an input: read only). An hf export is the same
+    model (checked to 1e-4): its card carries the metrics. The ONNX graphs were not scored on the task (int8
+    changes what they predict): their card says so, lists what was measured on them, and claims no results."""
     source = tmp_path / "trained"
     shutil.copytree(made / "pruned", source)
     training = {"best_step": 3, "evaluations": [{"step": 3, "eval": {"accuracy": 0.625, "samples": 16}}]}
     (source / "training.json").write_text(json.dumps(training))
-    steps.export(source, tmp_path / "onnx", format="onnx")
-    data, text = _card(tmp_path / "onnx")
+    steps.export(source, tmp_path / "hf")
+    data, text = _card(tmp_path / "hf")
     assert data["model-index"][0]["results"][0]["metrics"] == [{"type": "accuracy", "value": 0.625}]
-    assert "The ONNX graphs were checked against that PyTorch model" in text
+    result = steps.export(source, tmp_path / "onnx", format="onnx", quantize="int8")
+    data, text = _card(tmp_path / "onnx")
+    assert "model-index" not in data  # the hub would show the PyTorch model's accuracy as the graphs'
+    assert "Not measured on these graphs: the PyTorch model they were exported from scored this" in text
+    assert "| accuracy | 0.6250 |" in text and "To score a graph on the task: `ghostify eval onnx/model_int8.onnx" in text
+    assert f"`model_int8.onnx` {result['int8_difference']:.1e}" in text and "quantisation error" in text
+    assert f"`model.onnx` {result['max_difference']:.1e}" in text

@@ -169,6 +169,24 @@ def test_a_broken_recipe_reports_all_its_errors_with_lines(tmp_path, capsys):
     assert code == 2 and len(err.strip().splitlines()) == len(expected) and "Traceback" not in err
 
 
+def test_an_unknown_key_names_the_key_meant_or_where_the_keys_are_listed(tmp_path):
+    """Issue 39: a typo got its suggestion, then all 41 keys of the stage on one line."""
+    path = tmp_path / "typos.yaml"
+    path.write_text("model: m\nseeed: 1\ndata: {dataset: d, zzz: 1}\nstages:\n"
+                    "  - finetune: {learnig_rate: 0.001}\n  - finetune: {output: second, qqq: 1}\n")
+    with pytest.raises(RecipeError) as caught:
+        recipes.load(path)
+    problems = caught.value.problems
+    typo = next(p for p in problems if "'learnig_rate'" in p)
+    assert typo.endswith("unknown key 'learnig_rate' (did you mean 'learning_rate'?)"), typo
+    assert next(p for p in problems if "'seeed'" in p).endswith("(did you mean 'seed'?)")
+    unknown = next(p for p in problems if "'qqq'" in p)
+    assert unknown.endswith("the keys here are the options of `ghostify finetune --help`, with _ for -"), unknown
+    data = next(p for p in problems if "'zzz'" in p)
+    assert "`ghostify finetune --help` (its data and task options)" in data and "max_length" not in data
+    assert all(len(p.split(": ", 1)[1]) < 150 for p in problems), problems  # after the file:line
+
+
 def test_set_overrides_and_their_errors(tmp_path):
     path = REPO / "recipes" / "quickstart.yaml"
     recipe = recipes.load(path, ["vars.width=3/12", "finetune.epochs=2", "stages.1.samples=64", "data.task=mrpc"])

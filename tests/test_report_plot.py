@@ -90,3 +90,66 @@ def test_bench_names_tell_apart_the_exports_of_one_run(quick_run, capsys):  # no
     code, out, err = run_cli(capsys, "bench", *models, "--rounds", "1", "--warmup", "0", "--seq-len", "8")
     assert code == 0, err
     assert f"1: {models[0]}" in out and f"2: {models[1]}" in out and "…" not in out
+
+
+@pytest.fixture
+def drawn_figures(monkeypatch):
+    """Each saved figure, with the pairs of its texts that overlap as drawn (``overlapping``)."""
+    saved = []
+    original = matplotlib.figure.Figure.savefig
+
+    def record(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        self.overlapping = _overlapping(self)  # measured while the figure still has its renderer
+        saved.append(self)
+        return result
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
+    return saved
+
+
+def _overlapping(figure) -> list[tuple[str, str]]:
+    renderer = figure.canvas.get_renderer()
+    texts = [t for ax in figure.axes for t in ax.texts if t.get_text()]
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+    return [(a, b) for i, (a, box) in enumerate(boxes) for b, other in boxes[i + 1:] if box.overlaps(other)]
+
+
+def test_the_report_plot_names_each_place_once_and_no_label_covers_another(quick_run, drawn_figures, tmp_path):  # noqa: F811
+    """Issue 39: "06-final" was printed over "07-eval" (the final eval of a stage is at the stage's own point)."""
+    plot([(str(quick_run), read_report(quick_run))], tmp_path / "one.png")
+    (figure,) = drawn_figures
+    named = [stage for ax in figure.axes for t in ax.texts for stage in t.get_text().split(", ")]
+    assert any(t.get_text().startswith("06-final, 07-eval") for t in figure.axes[0].texts)
+    assert len(named) == len(set(named)) and "01-teacher" in named  # each stage named once
+    assert figure.overlapping == []
+    assert "`" not in figure.axes[0].get_xlabel()
+
+
+def test_the_speedup_figure_has_a_legend_the_original_sizes_and_whole_numbers(drawn_figures, tmp_path):
+    """Issue 39: no legend for the blue and orange bars, a heads axis ticked 0.0-1.0 for a count of 1, the
+    original 12 heads and 1,536 neurons not shown."""
+    from ghostify.recipe.compress import _plot
+
+    report = {"heads_per_layer": [12, 6, 1], "neurons_per_layer": [1536, 800, 144], "layers": [0, 2, 3], "layers_of": 4,
+              "heads_of": 12, "neurons_of": 1536, "target_speedup": 2.0, "measured_speedup": 2.04,
+              "measured_range": [1.9, 2.1], "deployment": {"runtime": "onnx-int8", "batch_size": 1, "seq_len": 128, "threads": 1},
+              "allocations": [{"measured": 1.71, "predicted": 2.0, "measured_low": 1.6, "measured_high": 1.8},
+                              {"measured": 1.97, "predicted": 2.3, "measured_low": 1.9, "measured_high": 2.0}]}
+    _plot(tmp_path / "speedup.png", report)
+    (figure,) = drawn_figures
+    left, right = figure.axes
+    legends = [t.get_text() for ax in (left, right) for t in ax.get_legend().get_texts()]
+    assert {"heads (of 12)", "FFN neurons (of 1,536)", "target 2x", "pruned model", "shipped model"} <= set(legends)
+    assert [int(t) for t in left.get_xticks()] == [0, 1, 2, 3]  # every original layer, the dropped one too
+    texts = [t.get_text() for t in left.texts]
+    assert "dropped" in texts and {"12", "1", "1,536", "144"} <= texts_on_bars(left)
+    assert max(left.get_yticks()) == 100 and "% of the original" in left.get_ylabel()
+    assert [t.get_text() for t in right.get_xticklabels()][-1] == "shipped"
+    assert figure.overlapping == []
+    assert (tmp_path / "speedup.png").stat().st_size > 0
+
+
+def texts_on_bars(ax) -> set[str]:
+    """The labels bar_label wrote (annotations on the bars)."""
+    return {t.get_text() for t in ax.texts}

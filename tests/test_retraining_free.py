@@ -233,7 +233,7 @@ def test_mask_tuning_lowers_the_reconstruction_error_on_held_out_examples():
     layers = len(adapter.layers(student))
     prune_model(student, adapter, dense_record(student, adapter), [[0, 2]] * layers, [list(range(0, 37, 2))] * layers)
     untuned = copy.deepcopy(student)
-    reports = tune_masks(student, teacher, [tiny_batch(8, 16, seed=s) for s in range(12)], held_out=2)
+    reports = tune_masks(student, teacher, [tiny_batch(8, 16, seed=s) for s in range(12)], held_out=2).sublayers
     held_out = [tiny_batch(8, 16, seed=100 + s) for s in range(4)]  # never seen by the tuning
     before, after = _residual_errors(untuned, teacher, held_out), _residual_errors(student, teacher, held_out)
     assert all(r.applied for r in reports[:2])
@@ -241,6 +241,43 @@ def test_mask_tuning_lowers_the_reconstruction_error_on_held_out_examples():
     assert sum(after) < sum(before)
     for r in reports:
         assert r.fit_after <= r.fit_before and (not r.applied or r.held_out_after < r.held_out_before)
+
+
+def _pruned_pair(seed: int = 1):
+    teacher = tiny_model("bert", "sequence-classification", seed=seed)
+    student = copy.deepcopy(teacher)
+    adapter = get_adapter(student.config)
+    layers = len(adapter.layers(student))
+    prune_model(student, adapter, dense_record(student, adapter), [[0, 2]] * layers, [list(range(0, 37, 2))] * layers)
+    return teacher, student
+
+
+def test_tuning_is_undone_where_it_takes_the_model_away_from_its_teacher():
+    """Layer-wise least squares do not see the task's head: judged by the task's distance on held-out batches, a
+    tuning that does not bring the model closer is undone whole."""
+    teacher, student = _pruned_pair()
+    untuned = copy.deepcopy(student)
+    batches = [tiny_batch(8, 16, seed=s) for s in range(8)]
+    calls = []
+
+    def worse_after_tuning(output, teacher_output, batch):  # the second judgement (after tuning) is worse
+        calls.append(1)
+        return 1.0 if len(calls) <= 2 else 2.0
+
+    result = tune_masks(student, teacher, batches, held_out=2, distance=worse_after_tuning)
+    assert any(r.applied for r in result.sublayers) and not result.kept
+    assert result.distance_before == 1.0 and result.distance_after == 2.0
+    for a, b in zip(student.state_dict().values(), untuned.state_dict().values()):
+        assert torch.equal(a, b)
+    # the task's own distance (KL of the logits): kept when it brings the model closer
+    teacher, student = _pruned_pair()
+
+    def kl(output, teacher_output, batch):
+        p = teacher_output.logits.softmax(-1)
+        return float((p * (p.log() - output.logits.log_softmax(-1))).sum(-1).mean())
+
+    result = tune_masks(student, teacher, batches, held_out=2, distance=kl)
+    assert (result.distance_after < result.distance_before) == result.kept
 
 
 def test_mask_tuning_refuses_shared_layers(tmp_path, toy):
@@ -263,7 +300,7 @@ def test_mask_tuning_runs_on_every_family_without_shared_layers(family):
         batch = tiny_batch(4, 12, seed=s)
         batch["input_ids"][batch["attention_mask"] == 0] = pad
         batches.append(batch)
-    reports = tune_masks(student, teacher, batches, held_out=1)
+    reports = tune_masks(student, teacher, batches, held_out=1).sublayers
     assert len(reports) == 2 * layers and any(r.applied for r in reports)
     for r in reports:
         assert r.fit_after <= r.fit_before

@@ -28,3 +28,15 @@ class AlbertAdapter(ArchitectureAdapter):
     embedding_size_key = "embedding_size"
     embedding_paths = ("embeddings", "encoder.embedding_hidden_mapping_in")
     dropout_attrs = ("hidden_dropout_prob", "classifier_dropout_prob")
+    # AlbertAttention derives the head width from hidden_size / heads; hidden-size pruning writes it here
+    head_size_key = "attention_head_size"
+    # always built, whatever the two widths (AlbertTransformer.__init__)
+    embedding_projection = "encoder.embedding_hidden_mapping_in"
+
+    def hidden_pruning_refusal(self, config) -> str | None:
+        # the embeddings (and the MLM head's E-wide modules) always run at embedding_size, before the mapping
+        # into the residual stream: at equal widths nothing tells their modules from the stream's
+        if self.embedding_width(config) == self.hidden_size(config):
+            return (f"this ALBERT's embedding_size equals its hidden_size ({self.hidden_size(config)}), so its "
+                    "embedding modules cannot be told from the residual stream's")
+        return super().hidden_pruning_refusal(config)

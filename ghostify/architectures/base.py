@@ -97,6 +97,11 @@ class ArchitectureAdapter:
     num_layers_key: str = "num_hidden_layers"
     #: grouped-query attention: the config key of the number of key/value heads (None: one per head)
     num_kv_heads_key: str | None = None
+    #: the head width's config key: the family's own where its modules read it (DeBERTa-v2's
+    #: ``attention_head_size``, the RoPE families' ``head_dim``), else the key that hidden-size pruning
+    #: writes once hidden / heads no longer says it (BERT's modules derive it and ignore the key: the
+    #: restore sets it on the attention modules, ``head_size_attrs``). None: the family has no such key
+    #: (a plug-in adapter), and ``prune-hidden`` refuses it
     head_size_key: str | None = None
     embedding_size_key: str | None = None
     #: the layer modules relative to ``model.base_model``, one slot per step of the forward pass
@@ -108,6 +113,26 @@ class ArchitectureAdapter:
     #: attribute names on the attention module that hold the head count / total head width
     head_count_attrs: tuple[str, ...] = ("num_attention_heads",)
     head_width_attrs: tuple[str, ...] = ("all_head_size",)
+    #: attribute names on the attention module that hold one head's width and its score scale
+    #: (``head_size ** -0.5``), where its forward reads them (hidden-size pruning keeps each head's
+    #: width while the hidden size shrinks, so a module built from the config gets them set back)
+    head_size_attrs: tuple[str, ...] = ("attention_head_size", "head_dim")
+    head_scaling_attrs: tuple[str, ...] = ("scaling",)
+    #: further config keys that hold the hidden width (DeBERTa-v2's ``pooler_hidden_size``): hidden-size
+    #: pruning sets them to the kept width where they equal the hidden size
+    hidden_width_keys: tuple[str, ...] = ()
+    #: the linear map, relative to ``model.base_model``, from embeddings narrower than the hidden size
+    #: into the residual stream (ELECTRA's ``embeddings_project``, ALBERT's ``embedding_hidden_mapping_in``),
+    #: and whether it has a bias; the family builds it only where the two widths differ (ALBERT: always)
+    embedding_projection: str | None = None
+    embedding_projection_bias: bool = True
+    #: whether the forward runs that projection whenever the module exists (ELECTRA, ALBERT), rather than
+    #: only while ``embedding_size != hidden_size`` (DeBERTa-v2: a hidden size cut to the embedding size
+    #: would silently skip it)
+    embedding_projection_if_present: bool = True
+    #: modules, relative to ``model.base_model``, whose hidden-width output is not one row per example
+    #: (DeBERTa-v2's norm of the relative-position embeddings): per-example channel gates leave them out
+    shared_hidden_modules: tuple[str, ...] = ()
     #: the positional argument of the attention module's forward that carries a position bias with
     #: one column per head, computed once for all layers (MPNet); a pruned layer selects its heads' columns
     position_bias_arg: int | None = None
@@ -193,6 +218,13 @@ class ArchitectureAdapter:
     def paths(self, config) -> LayerPaths:
         """Where the projections sit inside one layer of this family."""
         return self.layout
+
+    def hidden_pruning_refusal(self, config) -> str | None:
+        """Why the residual stream's width cannot be cut in this family's model of ``config`` (a module
+        of hidden width that no channel selection describes), or None."""
+        if self.head_size_key is None:
+            return f"the {self.family} adapter names no config key for the head width (head_size_key)"
+        return None
 
     def first_layer_fixed(self, config) -> str | None:
         """Why the first layer must stay first (the config builds it unlike the others, or the

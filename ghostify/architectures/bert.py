@@ -20,6 +20,8 @@ class BertAdapter(ArchitectureAdapter):
     model_types = ("bert",)
     family = "BERT"
     layout = _BERT_LAYOUT
+    # the modules derive the head width from hidden_size / heads; hidden-size pruning writes it here
+    head_size_key = "attention_head_size"
 
 
 class RobertaAdapter(BertAdapter):
@@ -42,6 +44,8 @@ class ElectraAdapter(BertAdapter):
     dropout_attrs = ("hidden_dropout_prob", "classifier_dropout", "summary_last_dropout")
     embedding_paths = ("embeddings", "embeddings_project")
     embedding_size_key = "embedding_size"
+    # built when embedding_size != hidden_size (ElectraModel.__init__)
+    embedding_projection = "embeddings_project"
 
 
 class PreLayerNormRobertaAdapter(RobertaAdapter):

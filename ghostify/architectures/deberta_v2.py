@@ -22,6 +22,14 @@ class DebertaV2Adapter(ArchitectureAdapter):
     )
     head_size_key = "attention_head_size"
     embedding_size_key = "embedding_size"
+    # the classification pooler's width (ContextPooler reads the first token's hidden state)
+    hidden_width_keys = ("pooler_hidden_size",)
+    # built when embedding_size != hidden_size (DebertaV2Embeddings.__init__), without a bias
+    embedding_projection = "embeddings.embed_proj"
+    embedding_projection_bias = False
+    embedding_projection_if_present = False  # `if self.embedding_size != self.config.hidden_size`
+    # the norm of the relative-position embeddings (one table for the whole batch)
+    shared_hidden_modules = ("encoder.LayerNorm",)
     dropout_attrs = ("hidden_dropout_prob", "pooler_dropout", "cls_dropout")
     uses_attention_interface = False  # its attention is computed in its own code
 
@@ -35,6 +43,13 @@ class DebertaV2Adapter(ArchitectureAdapter):
             if "p2c" in pos_types:
                 extra.append("attention.self.pos_query_proj")
         return replace(self.layout, extra_head_outputs=tuple(extra))
+
+    def hidden_pruning_refusal(self, config) -> str | None:
+        kernel = getattr(config, "conv_kernel_size", 0) or 0
+        if kernel > 0:  # ConvLayer: a Conv1d over the hidden width, mixing channels
+            return (f"this DeBERTa-v2 runs a convolution across the hidden channels after its first layer "
+                    f"(conv_kernel_size={kernel})")
+        return super().hidden_pruning_refusal(config)
 
     def first_layer_fixed(self, config) -> str | None:
         # DebertaV2Encoder: `if i == 0 and self.conv is not None` (DeBERTa-v2 xlarge/xxlarge)

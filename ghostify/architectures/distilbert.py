@@ -27,3 +27,5 @@ class DistilBertAdapter(ArchitectureAdapter):
     layers_path = "transformer.layer"
     head_count_attrs = ("n_heads",)
     head_width_attrs = ()
+    # DistilBertSelfAttention derives the head width from dim / n_heads; hidden-size pruning writes it here
+    head_size_key = "attention_head_size"

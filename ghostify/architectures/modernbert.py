@@ -25,6 +25,9 @@ class ModernBertAdapter(ArchitectureAdapter):
         attention_block_is_input=True,
     )
     layers_path = "layers"
+    # ModernBertAttention derives the head width from hidden_size / heads, but its rotary embedding reads
+    # config.head_dim first: hidden-size pruning writes it here
+    head_size_key = "head_dim"
     dropout_attrs = ("embedding_dropout", "mlp_dropout", "classifier_dropout")
     attention_dropout_attrs = ("attention_dropout",)
     rotary = True

@@ -20,6 +20,8 @@ class MPNetAdapter(ArchitectureAdapter):
     )
     # MPNetSelfAttention.forward(hidden_states, attention_mask, position_bias, ...)
     position_bias_arg = 2
+    # MPNetSelfAttention derives the head width from hidden_size / heads; hidden-size pruning writes it here
+    head_size_key = "attention_head_size"
     dropout_attrs = ("hidden_dropout_prob",)
     uses_attention_interface = False  # its attention is computed in its own code
 

@@ -18,19 +18,25 @@ import typer
 from ..console import is_main_process
 from ..errors import GhostifyError, Terminated
 from ..version import __version__
+from .help import HelpCommand, HelpGroup
+from .inputs import check_inputs
 from .signals import terminate_on_signals
 
 
 class _Ghostify(typer.Typer):
-    """Typer whose commands quiet the libraries when they start: importing transformers for that
-    up front would cost ``ghostify --help`` a second or more."""
+    """Typer whose commands check what they name (``inputs.py``) and quiet the libraries when they
+    start: importing transformers for that up front would cost ``ghostify --help`` a second or more."""
 
     def command(self, *args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        kwargs.setdefault("cls", HelpCommand)  # plain help that keeps every flag whole (help.py)
         register = super().command(*args, **kwargs)
 
         def decorator(function: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(function)  # Typer reads the options from the wrapped signature
             def quieted(*a: Any, **k: Any) -> Any:
+                check_inputs(k)  # a missing path or unknown name: one line now, not after transformers loads
+                if hasattr(function, "check_options"):  # the command's own (settings_options, a method's paths)
+                    function.check_options(k)
                 _quiet_libraries()
                 return function(*a, **k)
 
@@ -47,7 +53,8 @@ app = _Ghostify(
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion SHELL
     pretty_exceptions_enable=False,
-    rich_markup_mode="markdown",
+    rich_markup_mode=None,  # help.py writes --help as plain text: rich's panels cut flags at 80 columns
+    cls=HelpGroup,
 )
 
 

@@ -4,6 +4,7 @@ field's default); the parsed options are packed back into the dataclass before t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import typing
@@ -40,13 +41,21 @@ def settings_options(command: Callable[..., Any] | None = None, *,
         parameters.remove(moved)
         parameters.insert(next(i for i, p in enumerate(parameters) if p.name == previous) + 1, moved)
 
+    def packed(options: dict[str, Any]) -> dict[str, Any]:
+        return pack(command, {name: CONVERTERS[name](value) if name in CONVERTERS else value
+                              for name, value in options.items()})
+
     @functools.wraps(command)
     def run(**options: Any) -> Any:
-        for name, convert in CONVERTERS.items():
-            if name in options:
-                options[name] = convert(options[name])
-        return command(**pack(command, options))
+        return command(**packed(options))
 
+    def check_options(options: dict[str, Any]) -> None:
+        """Each settings dataclass's own checks, run by the app before the command loads any library."""
+        for value in packed(options).values():
+            if dataclasses.is_dataclass(value) and callable(getattr(value, "validate", None)):
+                value.validate()
+
+    run.check_options = check_options  # type: ignore[attr-defined]
     run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     run.__annotations__ = {p.name: p.annotation for p in parameters}
     return run

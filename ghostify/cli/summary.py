@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,34 @@ def print_info(data: dict[str, Any]) -> None:
     for what, value in describe_all(data):  # each structural method says what it did
         table.add_row(what, value)
     for step in data["history"]:
-        args = ", ".join(f"{k}={v}" for k, v in step["arguments"].items() if k != "model")
+        changed = _changed(step.get("command", ""), step.get("arguments") or {})
+        args = ", ".join(f"{k}={v}" for k, v in changed.items()) or "defaults"
         table.add_row(f"history: {step['command']}", f"{step.get('time', '')}  {args}")
+    if data["history"]:
+        table.caption = ("history: the settings that differ from the defaults (every setting, and what each step "
+                         "measured: --json)")
     out.print(table)
+
+
+def _changed(command: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of a history step that are settings of ``command`` other than their defaults (the
+    model it read is the row above). What a step measured (a prune's predicted milliseconds, its tuning)
+    stays for ``--json``, and the method's own rows say it; a command the registry does not know (a
+    plug-in not installed now) shows every argument that is one value."""
+    from ..flatten import EMPTY, flat_parameters
+    from ..recipe.schema import commands
+
+    known = commands().get(command)
+    if known is None:
+        return {k: v for k, v in arguments.items() if k != "model" and not isinstance(v, (dict, list))}
+    defaults = {p.name: p.default for p in flat_parameters(known.function)}
+    return {k: v for k, v in arguments.items() if k in defaults and k != "model"
+            and (defaults[k] is EMPTY or v != _as_recorded(defaults[k]))}
+
+
+def _as_recorded(value: Any) -> Any:
+    """A default as a history records it (JSON: tuples as lists, paths as text)."""
+    return json.loads(json.dumps(value, default=str))
 
 
 def print_training(result) -> None:

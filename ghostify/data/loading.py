@@ -7,14 +7,14 @@ import json
 import random
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
 from .checks import usable_rows
 from .labels import label_ids
-from .readers import DATA_FILES, FileRows, check_text_file, read_data_file
+from .readers import DATA_FILES, FileRows, check_text_file, is_data_file, read_data_file
 from .tasks import TaskPreset
 
 #: the share of a single data file held out as its validation split when no --validation-file is given
@@ -65,22 +65,23 @@ def load_split(
     seed: int = 0,
     require_labels: bool = True,
     validation_file: str | None = None,
+    without_labels: str | None = None,
 ) -> TaskData:
     """Load ``split`` of ``dataset`` for ``task``; a seeded random subset of ``max_samples``.
-    ``validation_file``: a data file that is the task's validation split instead of the dataset's."""
+    ``validation_file``: a data file that is the task's validation split instead of the dataset's.
+    ``without_labels``: how the calling command runs without labels, said when they are missing
+    (``importance``: "score without labels with --label-free"); a command that needs them names none."""
     import datasets
 
     datasets.disable_progress_bars()
-    if dataset.startswith((".", "/", "~")) and not Path(dataset).expanduser().exists():
-        raise DataError(f"dataset directory {dataset} does not exist; check --dataset")
+    check_dataset(dataset)
     if validation_file is not None and split == task.validation_split:
         dataset, split = validation_file, "train"  # the whole file
         rows, place = _read_validation_file(validation_file)
     else:
         rows, place = _read(dataset, task, split, held_out=validation_file is None)
     if not task.input_columns:
-        raise DataError(f"task {task.name} needs its text column(s): set --text-columns "
-                        f"(columns of {dataset}: {', '.join(rows.column_names)})")
+        task = replace(task, text_columns=(_only_text_column(rows, task, dataset),))
     missing = [c for c in task.input_columns if c not in rows.column_names]
     if missing:
         flag = {"tokens": "--tokens-column", "qa": "--question-column / --context-column"}.get(task.kind, "--text-columns")
@@ -91,9 +92,10 @@ def load_split(
     has_labels = target in rows.column_names and (task.kind != "classification" or _labels_present(rows, target))
     if require_labels and not has_labels:
         flag = {"tokens": "--tags-column", "qa": "--answers-column"}.get(task.kind, "--label-column")
+        other = f", or {without_labels}" if without_labels else ""
         raise DataError(
-            f"split {split!r} of {dataset} has no labels in column {target!r}; "
-            f"score without labels with --label-free, or set {flag}"
+            f"split {split!r} of {dataset} has no labels in column {target!r} "
+            f"(columns: {', '.join(rows.column_names)}); set {flag}{other}"
         )
     rows = usable_rows(rows, task, dataset=dataset, split=split, labels=has_labels, place=place)
     if max_samples is not None and max_samples < len(rows):
@@ -111,7 +113,7 @@ def _read(dataset: str, task: TaskPreset, split: str, *, held_out: bool = True) 
 
     path = Path(dataset).expanduser()
     try:
-        if path.is_file() and path.suffix.lower() in DATA_FILES:
+        if is_data_file(dataset):
             read = _file_split(path, dataset, task, split, held_out=held_out)
             return read.rows, read.place
         if path.is_dir() and (path / "dataset_dict.json").is_file():
@@ -150,7 +152,29 @@ def _file_split(path: Path, dataset: str, task: TaskPreset, split: str, *, held_
     return read.select(sorted(order[:count] if split == validation else order[count:]))
 
 
-def _read_validation_file(validation_file: str) -> tuple[Any, Callable[[int], str]]:
+def _only_text_column(rows: Any, task: TaskPreset, dataset: str) -> str:
+    """The text column of a task that names none: the one column of strings besides the label, said in
+    a warning; refused when there are none or several."""
+    texts = [name for name, feature in rows.features.items()
+             if name != task.target_column and getattr(feature, "dtype", None) in ("string", "large_string")]
+    if len(texts) != 1:
+        found = f"its text columns are {', '.join(texts)}" if texts else "it has no column of text"
+        raise DataError(f"task {task.name} needs its text column(s): set --text-columns ({found}; columns of "
+                        f"{dataset}: {', '.join(rows.column_names)})")
+    warnings.warn(f"{dataset}: the text is column {texts[0]!r}, its only column of text besides the label "
+                  f"{task.target_column!r} (give --text-columns to choose another)", UserWarning, stacklevel=3)
+    return texts[0]
+
+
+def check_dataset(dataset: str) -> None:
+    """Refuse a --dataset named by a local path that does not exist (a name is a hub id). Light: the
+    command line calls it before torch loads."""
+    if dataset.startswith((".", "/", "~")) and not Path(dataset).expanduser().exists():
+        raise DataError(f"dataset directory {dataset} does not exist; check --dataset")
+
+
+def check_validation_file(validation_file: str) -> Path:
+    """The --validation-file, refused unless it is a data file of a kind ghostify reads (light, as above)."""
     path = Path(validation_file).expanduser()
     if not path.is_file():
         raise DataError(f"--validation-file {validation_file} is not a file; give a "
@@ -158,6 +182,11 @@ def _read_validation_file(validation_file: str) -> tuple[Any, Callable[[int], st
     if path.suffix.lower() not in DATA_FILES:
         raise DataError(f"--validation-file {validation_file}: unknown kind of data file {path.suffix or '(no extension)'!r}; "
                         f"give a {', '.join(DATA_FILES)} file")
+    return path
+
+
+def _read_validation_file(validation_file: str) -> tuple[Any, Callable[[int], str]]:
+    path = check_validation_file(validation_file)
     read = read_data_file(path, validation_file)
     return read.rows, read.place
 

@@ -38,6 +38,12 @@ class FileRows:
         return FileRows(self.rows.select(indices), lambda i: self.place(indices[i]))
 
 
+def is_data_file(dataset: str) -> bool:
+    """Whether ``--dataset`` names one data file of a kind ghostify reads (not a directory or hub id)."""
+    path = Path(dataset).expanduser()
+    return path.suffix.lower() in DATA_FILES and path.is_file()
+
+
 def read_data_file(path: Path, name: str) -> FileRows:
     """The rows of the data file ``path`` (``name``: as the user gave it), read by its extension."""
     kind = DATA_FILES[path.suffix.lower()]

@@ -93,6 +93,17 @@ EMBEDDING_TASKS: dict[str, TaskPreset] = {
 PRESETS: dict[str, TaskPreset] = {**GLUE_TASKS, **TOKEN_TASKS, **QA_TASKS, **EMBEDDING_TASKS}
 
 
+def check_names(task: str | None, metric: str | None) -> None:
+    """Refuse an unknown --task or --metric (the command line calls this before torch loads)."""
+    if metric is not None and metric not in METRIC_NAMES and metric not in ("seqeval", "squad", "embeddings"):
+        raise DataError(f"unknown --metric {metric!r}; choose one of {', '.join(METRIC_NAMES)}")
+    if task is not None and task not in PRESETS:
+        raise DataError(
+            f"unknown task {task!r}; use one of {', '.join(PRESETS)}, or give --text-columns and "
+            "--label-column for another dataset"
+        )
+
+
 def resolve_task(
     task: str | None,
     *,
@@ -101,18 +112,15 @@ def resolve_task(
     num_labels: int | None = None,
     metric: str | None = None,
     columns: dict[str, Any] | None = None,
+    columns_from_data: bool = False,
 ) -> TaskPreset:
     """A preset by name, with explicit columns overriding it; or a custom task from columns.
     ``columns``: the token-classification and QA column settings (``tokens_column``, ...; None: the
-    preset's); a ``tokens_column`` or ``question_column`` without a task makes a custom task of that kind."""
-    if metric is not None and metric not in METRIC_NAMES and metric not in ("seqeval", "squad", "embeddings"):
-        raise DataError(f"unknown --metric {metric!r}; choose one of {', '.join(METRIC_NAMES)}")
+    preset's); a ``tokens_column`` or ``question_column`` without a task makes a custom task of that kind.
+    ``columns_from_data``: a custom task may name no text column (a single data file: ``load_split``
+    reads it from the file, when one column of text is left besides the label)."""
+    check_names(task, metric)
     if task is not None:
-        if task not in PRESETS:
-            raise DataError(
-                f"unknown task {task!r}; use one of {', '.join(PRESETS)}, or give --text-columns and "
-                "--label-column for another dataset"
-            )
         preset = PRESETS[task]
         return replace(
             preset,
@@ -128,11 +136,11 @@ def resolve_task(
     if columns and columns.get("question_column"):  # an extractive-QA dataset without a preset
         return replace(QA_TASKS["squad"], name="custom", dataset=None,
                        **{k: v for k, v in columns.items() if v is not None})
-    if not text_columns:
+    if not text_columns and not columns_from_data:
         raise DataError("no task given: pass --task (e.g. sst2) or --text-columns for a custom dataset")
     return TaskPreset(
         name="custom",
-        text_columns=tuple(text_columns),
+        text_columns=tuple(text_columns or ()),
         num_labels=num_labels or 0,  # 0: inferred from the data
         label_column=label_column or "label",
         metric=metric or "",  # "": accuracy, or Pearson/Spearman for regression, once labels are seen

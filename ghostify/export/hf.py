@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import safetensors.torch
+import torch
 from torch import nn
 
 from ..architectures import get_adapter
@@ -28,7 +29,7 @@ from ..errors import GhostifyError
 from ..files import copy_tokenizer
 from ..methods import export_refusals, hook_module, lazy
 from ..methods import methods as registered
-from ..pooling import copy_sentence_transformers
+from ..pooling import copy_sentence_transformers, set_embedding_dimension
 from ..record import RECORD_KEY
 from ..version import __version__
 from .code import closure, flat_name, write_flat
@@ -110,7 +111,8 @@ def write_hf(model: nn.Module, directory: Path, *, source: str | Path,
         # the stock names: transformers' pipelines accept a model by its class name alone (text-classification
         # checks it against the task's mapping names), and these classes are the stock ones plus the structure
         classes = {auto: cls.__name__ for auto, cls in autos.items()}
-        code_files = write_code(directory, {cls.__name__: cls for cls in autos.values()})
+        code_files = write_code(directory, {cls.__name__: cls for cls in autos.values()}, record,
+                                type(get_adapter(config)).__module__)
         config.auto_map = {auto: f"{MODELING}.{name}" for auto, name in classes.items()}
         setattr(config, RECORD_KEY, record.to_dict())  # as read: a damaged history entry is not carried on
     config.architectures = [type(model).__name__]
@@ -121,8 +123,18 @@ def write_hf(model: nn.Module, directory: Path, *, source: str | Path,
     copy_tokenizer(source, directory)
     if sentence_transformers is not None:
         copy_sentence_transformers(sentence_transformers, directory)
+        set_embedding_dimension(directory, output_width(model))  # a cut hidden size narrows the embeddings
     return HFExport(stock=stock, auto_class=auto_class, classes=classes, code_files=code_files,
                     sentence_transformers=str(sentence_transformers) if sentence_transformers else None)
+
+
+@torch.no_grad()
+def output_width(model: nn.Module) -> int:
+    """The width of the encoder's output (its last hidden state), as it runs: the hidden size, or what a method
+    pads it back to."""
+    ids = torch.ones(1, 2, dtype=torch.long, device=next(model.parameters()).device)
+    output = model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    return int(output[0].shape[-1])
 
 
 def drop_auto_map(config: Any) -> None:
@@ -133,13 +145,15 @@ def drop_auto_map(config: Any) -> None:
         delattr(config, "auto_map")
 
 
-def write_code(directory: Path, classes: dict[str, type]) -> list[str]:
-    """The modeling file, the structure entry point and the flattened structure code."""
-    methods = registered()
+def write_code(directory: Path, classes: dict[str, type], record: Any, family: str) -> list[str]:
+    """The modeling file, the structure entry point and the flattened structure code: of the methods ``record``
+    has (and pruning's, whose widths every record states), and of the adapter module ``family`` only."""
+    methods = [m for m in registered() if not m.tracked or m.present(record)]
     restores = [hook_module(m.restore) for m in methods]
     finishes = [(m, hook_module(m.finish_export), m.finish_export.function) for m in methods if m.finish_export is not None]
-    modules = closure([*restores, *(module for _, module, _ in finishes), "ghostify.architectures", "ghostify.record"])
-    files = write_flat(modules, directory)
+    modules = closure([*restores, *(module for _, module, _ in finishes), "ghostify.architectures", "ghostify.record"],
+                      families=(family,))
+    files = write_flat(modules, directory, families=(family,))
     imports = "\n".join(f"from .{flat_name(module)} import {m.restore.function if isinstance(m.restore, lazy) else 'restore'} "
                         f"as restore_{m.name}" for module, m in zip(restores, methods))
     imports += "".join(f"\nfrom .{flat_name(module)} import {function} as finish_{m.name}" for m, module, function in finishes)

@@ -3,8 +3,9 @@ ghostify (checkpoints, the record, ``info``, ``export``, the CLI and the recipe 
 
 ``METHODS`` is the order in which ``load_model`` rebuilds a checkpoint's structure before its
 weights load strictly: sharing first (later steps see the distinct layers), then dropped layers,
-pruning (the widths), grouped layers (built at those widths), ghost modules (wrapping the
-projections), factorised embeddings and reference attention. Adding a method is one folder here
+the hidden size (the residual stream's width, with the head width it keeps), pruning (the heads' and
+FFN widths), grouped layers (built at those widths), ghost modules (wrapping the projections),
+factorised embeddings and reference attention. Adding a method is one folder here
 (its :class:`~ghostify.methods.base.Method`) and one line in :func:`_shipped`; a method from
 another package registers itself through the ``ghostify.methods`` entry point group (the entry
 point names its ``Method``), or with :func:`register` before it is used.
@@ -18,8 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError
-from .base import (DEFAULT_SEED, Context, Entry, Method, add, check_order, lazy, order_problem, refusal, registry,
-                   set_loader, setting)
+from .base import (DEFAULT_SEED, Context, Entry, Examples, Method, add, check_order, lazy, order_problem, refusal,
+                   registry, set_loader, setting)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -33,11 +34,12 @@ ENTRY_POINT_GROUP = "ghostify.methods"
 
 def _shipped() -> tuple[Method, ...]:
     """The methods ghostify ships, in restore order (their declarations import no torch)."""
-    from . import dropped_layers, embeddings, ghost, grouped, pruning, references, sharing
+    from . import dropped_layers, embeddings, ghost, grouped, hidden, pruning, references, sharing
 
     return (
         sharing.METHOD,
         dropped_layers.METHOD,
+        hidden.METHOD,  # before pruning: it rebuilds the attention at the recorded head width, pruning then cuts heads
         pruning.METHOD,
         grouped.METHOD,
         ghost.METHOD,
@@ -217,6 +219,16 @@ def layer_origin(record: GhostifyRecord | None) -> tuple[list[int], int] | None:
     return None
 
 
+def channel_origin(record: GhostifyRecord | None) -> tuple[list[int], int] | None:
+    """Which of the ``of`` residual channels of the model it was made from ``record``'s model keeps
+    (``(kept, of)``), when a method says so; else None."""
+    for method in registry():
+        entry = record.entry(method.name) if record is not None else None
+        if entry and method.channel_origin is not None:
+            return method.channel_origin(entry)
+    return None
+
+
 def describe_all(info: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Every method's rows for ``ghostify info``, in the registry's order."""
     return [row for method in registry() for row in method.describe(info)]
@@ -249,7 +261,7 @@ def hook_module(hook: Any) -> str:
     return hook.module if isinstance(hook, lazy) else hook.__module__
 
 
-__all__ = ["DEFAULT_SEED", "ENTRY_POINT_GROUP", "Context", "Entry", "METHODS", "Method", "Plugin", "applied_by", "applied_names",
-           "broken_plugins", "by_name", "check_order", "describe_all", "distinct_layers", "export_refusals", "hook_module",
+__all__ = ["DEFAULT_SEED", "ENTRY_POINT_GROUP", "Context", "Entry", "Examples", "METHODS", "Method", "Plugin", "applied_by", "applied_names",
+           "broken_plugins", "by_name", "channel_origin", "check_order", "describe_all", "distinct_layers", "export_refusals", "hook_module",
            "layer_origin", "lazy", "measure_all", "methods", "order_problem", "origin", "register", "restore_all", "save_all",
            "setting", "shipped", "stage_methods", "validate_record"]

@@ -61,10 +61,19 @@ def setting(default: Any = dataclasses.MISSING, *, help: str, flag: str | None =
     return dataclasses.field(default=default, metadata=metadata)
 
 
+@dataclass(frozen=True)
+class Examples:
+    """Unlabelled examples of a task's data, as batches of model inputs, and ``distance(output, teacher_output,
+    batch)``: how far a model's outputs on a batch are from a teacher's by the task's own measure (0: the same)."""
+
+    batches: list
+    distance: Callable[[Any, Any, Mapping[str, Any]], float]
+
+
 #: ``examples(model, data, count, seed, batch_size)``: ``count`` unlabelled training examples (a seeded subset) of
 #: the data ``data`` describes (what ``ghostify importance`` recorded of its data: ``{"data": ..., "task": ...}``),
-#: as batches of model inputs tokenised by ``model``'s tokenizer; the command's step layer provides it
-Examples = Callable[[str, Mapping[str, Any], int, int, int], list]
+#: tokenised by ``model``'s tokenizer, in batches of ``batch_size``; the command's step layer provides it
+ReadExamples = Callable[[str, Mapping[str, Any], int, int, int], Examples]
 
 
 @dataclass(frozen=True)
@@ -74,7 +83,7 @@ class Context:
 
     source: str
     seed: int = 0
-    examples: Examples | None = None
+    examples: ReadExamples | None = None
 
 
 @dataclass(frozen=True)
@@ -163,6 +172,10 @@ class Method:
     #: ``layer_origin(entry) -> (kept, of)``: which layers of the ``of``-layer model it was made from a
     #: model's layers are (drop-layers), so that distillation maps each to the teacher layer it was
     layer_origin: Callable[[Mapping[str, Any]], tuple[list[int], int]] | None = None
+    #: ``channel_origin(entry) -> (kept, of)``: which of the ``of`` residual channels of the model it was made
+    #: from a model's channels are (prune-hidden), so that distillation compares each hidden state with the
+    #: teacher's same channels
+    channel_origin: Callable[[Mapping[str, Any]], tuple[list[int], int]] | None = None
     #: ``measure(model, flop_counts) -> dict``: what ``ghostify info`` reports of it, measured on the
     #: loaded model (its parameters' and FLOPs' share; torch's FlopCounterMode counts by module)
     measure: Callable[["nn.Module", Any], dict[str, Any]] | None = None

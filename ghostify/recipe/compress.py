@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from ..architectures import get_adapter
 from ..checkpoint import load_config, read_record
 from ..errors import GhostifyError
 from ..files import check_disjoint, output_lock, write_text_atomically
@@ -55,14 +56,14 @@ RESCORED = "rescored"
 
 def compress_recipe(model: str, *, speedup: float, deployment: Deployment, data: dict[str, Any], budget: Budget,
                     ghosts: bool, teacher: str | None, seed: int,
-                    keep_layers: Sequence[int] | None = None, width: str | None = None) -> dict[str, Any]:
+                    keep_layers: Sequence[int] | None = None, allocation: dict[str, Any] | None = None) -> dict[str, Any]:
     """The recipe compress runs, as a mapping (``recipes/compress.yaml`` is the same with ``vars``).
 
     ``teacher`` None: ``model`` has no trained head for the task, so the first stage fine-tunes it.
     ``keep_layers``: the layers a drop-layers stage keeps before prune (:func:`_layers_to_keep`); the
-    model it leaves is scored again (stage ``rescored``) for prune. ``width``: prune to this uniform width
-    instead of searching for ``speedup`` (:func:`_against_uniform` found it closer to the teacher). A budget
-    without training (``none``) ends with the pruned, tuned model."""
+    model it leaves is scored again (stage ``rescored``) for prune. ``allocation``: the prune stage's settings
+    (default: the search for ``speedup`` by the latency model; :func:`_choose` may pick another criterion or a
+    uniform width). A budget without training (``none``) ends with the pruned, tuned model."""
     train = {"max_samples": budget.max_samples, "epochs": budget.epochs}
     onnx = deployment.runtime != "pytorch"
     # the latency model first: it needs only the model's shape, and a target out of reach is then refused
@@ -79,7 +80,7 @@ def compress_recipe(model: str, *, speedup: float, deployment: Deployment, data:
         # prune refuses scores of the model before its layers were dropped: the smaller model is scored again
         stages += [{"drop-layers": {"layers": ",".join(str(i) for i in keep_layers)}},
                    {"importance": {"output": RESCORED, "samples": budget.importance_samples}}]
-    prune: dict[str, Any] = {"width": width} if width is not None else {"speedup": speedup, "latency": "${latency}"}
+    prune = dict(allocation) if allocation is not None else {"speedup": speedup, "latency": "${latency}"}
     if budget.tune_masks:
         prune["tune_masks"] = budget.tune_masks
     stages.append({"prune": prune})
@@ -135,14 +136,15 @@ def _check_data(data: DataSettings, task_settings: TaskSettings) -> None:
         load_split(dataset, kind.preset, split, max_samples=8, validation_file=data.validation_file)
 
 
-def _check_reachable(recipe: Recipe, run_dir: Path, speedup: float, drop_layers: bool,
+def _check_reachable(model: str, deployment: Deployment, speedup: float, drop_layers: bool,
                      say: Callable[[str], None]) -> None:
-    """Measure the latency model (the first stage), and refuse a speed-up that even one head and one FFN
-    neuron per layer (in one layer, where layers may be dropped) would not reach, before any training."""
-    from ..latency_model import LatencyModel
+    """Refuse a speed-up that even one head and one FFN neuron per layer (in one layer, where layers may be
+    dropped) would not reach, before any stage runs. The latency model comes from this machine's cache, or is
+    measured into it now: the latency stage then reads it from there, and a refusal leaves nothing in OUT."""
+    from ..steps import latency as latency_of
 
-    run_recipe(_prefix(recipe, "latency"), run_dir, on_stage=lambda planned, status: say(f"{planned.label}: {status}"))
-    latency = LatencyModel.load(next(p.directory for p in plan(recipe, run_dir) if p.stage.name == "latency"))
+    latency = latency_of(model, runtime=deployment.runtime, batch_size=deployment.batch_size,
+                         seq_len=deployment.seq_len, threads=deployment.threads, progress=say)
     g = latency.geometry
     layers = range(g.num_layers)
     fastest = latency.fastest_ms([g.num_heads for _ in layers], [g.ffn_size for _ in layers],
@@ -211,24 +213,27 @@ def compress(
     if out.exists() and not out.is_dir():
         raise GhostifyError(f"output {out} exists and is a file; choose another -o")
     model = str(model)
+    say = _Said(say)  # each stage's line once, however often the runner is re-entered for a prefix of the recipe
     _check_data(data, task_settings)
-    if teacher is None and _needs_teacher(model, data, task_settings):
-        if not chosen.trains:
-            raise GhostifyError(f"--budget {budget} prunes a model fine-tuned for the task without training it, but "
-                                f"{model} has no trained head for task {data.task}: fine-tune it first (`ghostify "
-                                "finetune`) and compress that, pass --teacher, or use --budget quick")
-        say(f"{model} has no trained head for task {data.task}: a teacher is fine-tuned first")
-    elif teacher is None:
+    fine_tunes_teacher = teacher is None and _needs_teacher(model, data, task_settings)
+    if fine_tunes_teacher and not chosen.trains:
+        raise GhostifyError(f"--budget {budget} prunes a model fine-tuned for the task without training it, but "
+                            f"{model} has no trained head for task {data.task}: fine-tune it first (`ghostify "
+                            "finetune`) and compress that, pass --teacher, or use --budget quick")
+    if teacher is None and not fine_tunes_teacher:
         teacher = model
     check_disjoint([out], [(label, str(path)) for label, path in (("model", model), ("teacher", teacher),
                                                                    ("dataset", data.dataset)) if path is not None])
+    _check_reachable(model, deployment, speedup, drop_layers, say)  # before any stage runs or OUT is written
+    if fine_tunes_teacher:
+        say(f"{model} has no trained head for task {data.task}: a teacher is fine-tuned first")
 
     keep_layers: list[int] | None = None  # the layers the allocation keeps, when it drops any
 
-    def recipe_for(allocated: float, width: str | None = None) -> Recipe:
+    def recipe_for(allocated: float, allocation: dict[str, Any] | None = None) -> Recipe:
         raw = compress_recipe(model, speedup=allocated, deployment=deployment, data=data_mapping(data, task_settings),
                               budget=chosen, ghosts=ghosts, teacher=None if teacher is None else str(teacher),
-                              seed=seed, keep_layers=keep_layers, width=width)
+                              seed=seed, keep_layers=keep_layers, allocation=allocation)
         return validate(RecipeSource(yaml.safe_dump(raw, sort_keys=False), "compress"), raw)
 
     run_dir = out / STAGES
@@ -246,15 +251,17 @@ def compress(
         dense_exports = DenseExports()
         if saved is not None:
             keep_layers, attempts, choice = saved["keep_layers"], saved["attempts"], saved.get("choice")
-            recipe = recipe_for(saved["allocated_for"], _uniform_width(choice))
+            recipe = recipe_for(saved["allocated_for"], saved.get("prune"))
             say(f"the allocation of the earlier run ({saved['allocated_for']:.2f}x predicted, measured "
                 f"{attempts[-1]['measured']:.2f}x) is kept: {out / ALLOCATION}")
         else:
-            _check_reachable(recipe, run_dir, speedup, drop_layers, say)
             if drop_layers:
                 # the layers stay as planned for the target: a correction below re-allocates heads and neurons only
                 keep_layers = _layers_to_keep(recipe, run_dir, speedup, say)
                 recipe = recipe_for(speedup)
+            choice = _choose(recipe, run_dir, speedup, seed, say)
+            allocation = _allocation(recipe, run_dir, choice, speedup)
+            recipe = recipe_for(speedup, allocation)
             attempts = [_allocate_and_measure(recipe, run_dir, deployment, rounds, say, dense_exports, speedup)]
             first = attempts[0]
             allocated = speedup
@@ -263,24 +270,21 @@ def compress(
                 corrected_for = speedup * first["predicted"] / first["measured"]
                 say(f"measured {first['measured']:.2f}x for a predicted {first['predicted']:.2f}x: re-allocating once "
                     f"for a predicted {corrected_for:.2f}x")
-                corrected = recipe_for(corrected_for)
                 try:
+                    corrected_allocation = _allocation(recipe, run_dir, choice, corrected_for)
+                    corrected = recipe_for(corrected_for, corrected_allocation)
                     attempts.append(_allocate_and_measure(corrected, run_dir, deployment, rounds, say, dense_exports,
                                                           corrected_for))
-                    recipe, allocated = corrected, corrected_for
-                except StageError as exc:  # e.g. the corrected target is beyond what pruning can reach
+                    recipe, allocated, allocation = corrected, corrected_for, corrected_allocation
+                except (StageError, _NoAllocation) as exc:  # e.g. the corrected target is beyond what pruning can reach
                     say(f"the re-allocation failed, the first allocation is kept: {exc}")
                     run_recipe(_prefix(recipe, "prune"), run_dir)  # the first allocation's model, if prune was replaced
-            choice = _against_uniform(recipe, run_dir, allocated, seed, say)
-            if _uniform_width(choice) is not None:
-                recipe = recipe_for(allocated, _uniform_width(choice))
-                attempts.append(_allocate_and_measure(recipe, run_dir, deployment, rounds, say, dense_exports,
-                                                      allocated))
             out.mkdir(parents=True, exist_ok=True)  # the stages made it; a caller's own runner may not have
             write_text_atomically(out / ALLOCATION, json.dumps({"settings": settings, "allocated_for": allocated,
                                                                 "keep_layers": keep_layers, "attempts": attempts,
-                                                                "choice": choice}, indent=2, default=str))
-        run_recipe(recipe, run_dir, on_stage=lambda planned, status: say(f"{planned.label}: {status}"))
+                                                                "choice": choice, "prune": allocation},
+                                                               indent=2, default=str))
+        run_recipe(recipe, run_dir, on_stage=_on_stage(say))
         stages = {p.stage.name: p.directory for p in plan(recipe, run_dir)}
         shipped = _shipped(stages, deployment)
         final = _measure(_dense(recipe, stages), shipped, deployment, rounds, shipped_is_export=deployment.runtime != "pytorch",
@@ -292,9 +296,23 @@ def compress(
         return report
 
 
-def _uniform_width(choice: dict[str, Any] | None) -> str | None:
-    """The uniform width :func:`_against_uniform` chose over the search (None: the search stays)."""
-    return choice["width"] if choice is not None and choice.get("chosen") == "uniform" else None
+class _NoAllocation(GhostifyError):
+    """The chosen kind of allocation has none for a corrected target (no uniform width reaches it)."""
+
+
+def _allocation(recipe: Recipe, run_dir: Path, choice: dict[str, Any] | None, allocated: float) -> dict[str, Any]:
+    """The prune stage's settings for the allocation ``choice`` picked (:func:`_choose`), for a predicted
+    ``allocated`` speed-up: the latency search by its criterion, or the uniform width for that target."""
+    from ..steps.fidelity import candidate_settings
+
+    name = (choice or {}).get("chosen", "fisher")
+    stages = {p.stage.name: p for p in plan(recipe, run_dir)}
+    settings = candidate_settings(name, stages["prune"].arguments["model"], stages["latency"].directory, allocated)
+    if settings is None:
+        raise _NoAllocation(f"no uniform width keeps a head in every layer within a predicted {allocated:.2f}x")
+    if "latency" in settings:
+        settings["latency"] = "${latency}"  # the run's own stage, as the recipe names it
+    return settings
 
 
 def _check_retraining_free(budget: str, ghosts: bool, epochs: int | None, data: DataSettings) -> None:
@@ -305,28 +323,43 @@ def _check_retraining_free(budget: str, ghosts: bool, epochs: int | None, data: 
                                 "--budget quick or standard")
 
 
-def _against_uniform(recipe: Recipe, run_dir: Path, allocated: float, seed: int,
-                     say: Callable[[str], None]) -> dict[str, Any] | None:
-    """The searched allocation against uniform width of the same predicted latency, before any training
-    (:func:`ghostify.steps.fidelity.against_uniform`): the uniform width replaces the search where it is closer to
-    the teacher, so that compress never starts from a worse model than uniform pruning would."""
-    from ..steps.fidelity import against_uniform
+def _choose(recipe: Recipe, run_dir: Path, speedup: float, seed: int,
+            say: Callable[[str], None]) -> dict[str, Any] | None:
+    """Which allocation starts closest to the teacher, before any training or tuning
+    (:func:`ghostify.steps.fidelity.choose_allocation`): the latency search by the Fisher information or by the
+    first-order scores, or uniform width of the same predicted latency. Compress never starts from a model further
+    from its teacher than uniform pruning would give."""
+    from ..steps.fidelity import choose_allocation
 
+    run_recipe(_prefix(recipe, "prune", before=True), run_dir,
+               on_stage=_on_stage(say))
     stages = {p.stage.name: p for p in plan(recipe, run_dir)}
     pruned = stages["prune"]
     teacher = stages["teacher"].directory if "teacher" in stages else Path(recipe.header.teacher)
-    settings = {k: v for k, v in pruned.arguments.items() if k not in ("model", "speedup", "latency", "output")}
-    with tempfile.TemporaryDirectory(prefix=".uniform-", dir=run_dir) as tmp:
-        choice = against_uniform(pruned.directory, Path(pruned.arguments["model"]), teacher,
-                                 stages["latency"].directory, allocated, Path(tmp) / "uniform",
-                                 prune_settings={"seed": seed, **settings}, samples=CompressDefaults.compare_samples,
-                                 seed=seed + 1)
+    settings = {k: v for k, v in pruned.arguments.items()
+                if k not in ("model", "speedup", "latency", "output", "criterion", "rearrange", "width", "tune_masks")}
+    settings.setdefault("seed", seed)
+    with tempfile.TemporaryDirectory(prefix=".candidates-", dir=run_dir) as tmp:
+        choice = choose_allocation(Path(pruned.arguments["model"]), teacher, stages["latency"].directory, speedup,
+                                   Path(tmp), prune_settings=settings, samples=CompressDefaults.compare_samples,
+                                   seed=seed + 1)
     if choice is not None:
-        say(f"against uniform width {choice['width']} of the same predicted latency, on {choice['samples']} held-out "
-            f"training examples: the teacher gap of the search is {choice['gap_search']:.4g}, of uniform width "
-            f"{choice['gap_uniform']:.4g}; "
-            f"{'uniform width replaces the search' if choice['chosen'] == 'uniform' else 'the search is kept'}")
+        gaps = ", ".join(f"{name} {gap:.4g}" for name, gap in choice["gaps"].items())
+        say(f"distance to the teacher on {choice['samples']} held-out training examples before training: {gaps}; "
+            f"{_described(choice)} is kept")
     return choice
+
+
+#: how the report names each candidate allocation
+CANDIDATE_NAMES = {"fisher": "latency search by the Fisher information",
+                   "fisher+rearranged": "latency search by the Fisher information, rearranged within layers",
+                   "loss-gradient": "latency search by first-order scores", "uniform": "uniform width"}
+
+
+def _described(choice: dict[str, Any]) -> str:
+    if choice["chosen"] == "uniform":
+        return f"uniform width {choice['settings']['width']}"
+    return f"the {CANDIDATE_NAMES[choice['chosen']]}"
 
 
 def _saved_allocation(out: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
@@ -374,22 +407,50 @@ def _allocation_problem(saved: Any) -> str | None:
             value = attempt.get(wrong) if isinstance(attempt, dict) else attempt
             return f"attempts[{i}].{wrong} = {value!r}, not a positive number"
     choice = saved.get("choice")
-    if choice is not None:
-        if not isinstance(choice, dict) or choice.get("chosen") not in ("search", "uniform"):
-            return f"choice = {choice!r}, neither null nor the search-or-uniform choice compress writes"
-        try:
-            width = Fraction(str(choice.get("width")))
-        except (ValueError, ZeroDivisionError):
-            width = None
-        if width is None or not 0 < width <= 1:
-            return f"choice.width = {choice.get('width')!r}, not a width"
+    if choice is not None and (not isinstance(choice, dict) or choice.get("chosen") not in CANDIDATE_NAMES
+                               or not isinstance(choice.get("gaps"), dict)):
+        return f"choice = {choice!r}, neither null nor the choice of allocation compress writes"
+    prune = saved.get("prune")
+    if prune is not None:
+        if not isinstance(prune, dict) or not ({"width"} <= set(prune) or {"speedup", "latency"} <= set(prune)):
+            return f"prune = {prune!r}, neither null nor the prune settings compress writes"
+        if "width" in prune:
+            try:
+                width = Fraction(str(prune["width"]))
+            except (ValueError, ZeroDivisionError):
+                width = None
+            if width is None or not 0 < width <= 1:
+                return f"prune.width = {prune['width']!r}, not a width"
     return None
 
 
-def _prefix(recipe: Recipe, last: str) -> Recipe:
-    """The recipe's stages up to and including the one named ``last`` (the same directories)."""
+class _Said:
+    """What compress says: its own lines, and each stage's status, once per stage: the runner is re-entered
+    for prefixes of the recipe, and reports again as skipped every stage an earlier prefix ran or skipped."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say, self.stages = say, set()
+
+    def __call__(self, line: str) -> None:
+        self.say(line)
+
+    def stage(self, planned: Any, status: str) -> None:
+        if status == "skipped" and planned.label in self.stages:
+            return
+        self.stages.add(planned.label)
+        self.say(f"{planned.label}: {status}")
+
+
+def _on_stage(say: Callable[[str], None]) -> Callable[[Any, str], None]:
+    """The runner's report of each stage to ``say``: once a stage when it is compress's own (:class:`_Said`)."""
+    return say.stage if isinstance(say, _Said) else lambda planned, status: say(f"{planned.label}: {status}")
+
+
+def _prefix(recipe: Recipe, last: str, *, before: bool = False) -> Recipe:
+    """The recipe's stages up to and including the one named ``last`` (``before``: excluding it), in the same
+    directories."""
     names = [s.name for s in recipe.stages]
-    return dataclasses.replace(recipe, stages=recipe.stages[: names.index(last) + 1])
+    return dataclasses.replace(recipe, stages=recipe.stages[: names.index(last) + (0 if before else 1)])
 
 
 def _layers_to_keep(recipe: Recipe, run_dir: Path, speedup: float, say: Callable[[str], None]) -> list[int] | None:
@@ -398,7 +459,7 @@ def _layers_to_keep(recipe: Recipe, run_dir: Path, speedup: float, say: Callable
     layers to keep when the plan removes any, else None."""
     from ..steps.latency_plan import plan_layers
 
-    run_recipe(_prefix(recipe, "importance"), run_dir, on_stage=lambda planned, status: say(f"{planned.label}: {status}"))
+    run_recipe(_prefix(recipe, "importance"), run_dir, on_stage=_on_stage(say))
     stages = {p.stage.name: p.directory for p in plan(recipe, run_dir)}
     planned = plan_layers(stages["importance"], stages["importance"], stages["latency"], speedup)
     if planned is None or not planned.dropped:
@@ -417,7 +478,7 @@ def _allocate_and_measure(recipe: Recipe, run_dir: Path, deployment: Deployment,
 
     names = [s.name for s in recipe.stages]
     last = "attach-ghost" if "attach-ghost" in names else "prune"
-    run_recipe(_prefix(recipe, last), run_dir, on_stage=lambda planned, status: say(f"{planned.label}: {status}"))
+    run_recipe(_prefix(recipe, last), run_dir, on_stage=_on_stage(say))
     stages = {p.stage.name: p.directory for p in plan(recipe, run_dir)}
     pruned = stages[last]
     result = _measure(_dense(recipe, stages), pruned, deployment, rounds, dense_exports=dense_exports)
@@ -425,7 +486,8 @@ def _allocate_and_measure(recipe: Recipe, run_dir: Path, deployment: Deployment,
     record = read_record(load_config(stages["prune"]))
     result["predicted"] = latency.dense_ms() / latency.predict([len(h) for h in record.heads], list(record.ffn))
     result["allocated_for"] = allocated
-    result["allocation"] = "uniform" if "width" in recipe.stages[names.index("prune")].settings else "search"
+    prune = recipe.stages[names.index("prune")].settings
+    result["allocation"] = "uniform" if "width" in prune else str(prune.get("criterion", "fisher"))
     say(f"pruned for a predicted {result['predicted']:.2f}x: measured {result['measured']:.2f}x")
     return result
 
@@ -516,8 +578,10 @@ def _report(recipe: Recipe, stages: dict[str, Path], speedup: float, deployment:
 
     teacher = stages.get("teacher") or Path(recipe.header.teacher)
     model = _final(stages)
-    record = read_record(load_config(model))
+    config = load_config(model)
+    record = read_record(config)
     heads, neurons = [len(h) for h in record.heads], list(record.ffn)
+    adapter = get_adapter(config)  # a pruned config keeps the original sizes: the record lists what is kept
     # the layers of the original model the compressed one keeps (all of them unless layers were dropped)
     origin = layer_origin(record) or (list(range(len(heads))), len(heads))
     teacher_size, size = report_size(teacher, deployment.seq_len), report_size(model, deployment.seq_len)
@@ -535,8 +599,9 @@ def _report(recipe: Recipe, stages: dict[str, Path], speedup: float, deployment:
         "params": {"teacher": teacher_size["params"], "compressed": size["params"]},
         "flops": {"teacher": teacher_size["flops"], "compressed": size["flops"]},
         "heads_per_layer": heads, "neurons_per_layer": neurons, "layers": origin[0], "layers_of": origin[1],
+        "heads_of": adapter.num_units(config), "neurons_of": adapter.ffn_size(config),
         "model_dir": str(model), "shipped": str(_shipped(stages, deployment)), "stages_dir": str(model.parent),
-        "retraining_free": not budget.trains, "against_uniform": choice,
+        "retraining_free": not budget.trains, "choice": choice,
     }
 
 
@@ -593,13 +658,13 @@ def markdown(report: dict[str, Any]) -> str:
     if any(a["allocated_for"] != report["target_speedup"] for a in report["allocations"]):
         lines += ["", "The first allocation missed the target by more than the tolerance: re-allocated once with the "
                       "measured correction (allocated for target x predicted / measured)."]
-    choice = report.get("against_uniform")
+    choice = report.get("choice")
     if choice:
-        kept = ("uniform width replaced the search" if choice["chosen"] == "uniform" else "the search was kept")
-        lines += ["", f"Against uniform width {choice['width']} of the same predicted latency, before any training: "
-                      f"distance to the teacher on {choice['samples']} held-out training examples (the task's "
-                      f"distillation loss, no labels) {choice['gap_search']:.4g} for the search, "
-                      f"{choice['gap_uniform']:.4g} for uniform width: {kept}."]
+        gaps = ", ".join(f"{CANDIDATE_NAMES.get(name, name)} {gap:.4g}" for name, gap in choice["gaps"].items())
+        lines += ["", f"Which allocation: each candidate pruned to the same predicted latency, before any training or "
+                      f"tuning, and compared with the teacher on {choice['samples']} held-out training examples (the "
+                      f"task's distillation loss, no labels; lower is closer): {gaps}. Kept: "
+                      f"**{_described(choice)}**."]
     layers = report.get("layers") or list(range(len(report["heads_per_layer"])))
     dropped = [i for i in range(report.get("layers_of", len(layers))) if i not in layers]
     gone = f" (layer{'s' if len(dropped) > 1 else ''} {','.join(map(str, dropped))} dropped whole)" if dropped else ""
@@ -624,28 +689,55 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def _plot(path: Path, report: dict[str, Any]) -> None:
+    """``speedup.png``: what each layer keeps, as a share of the original heads and neurons (the counts on the
+    bars), and the measured speed-up of each check and of the shipped model against the target."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
-    layers = report.get("layers") or range(len(report["heads_per_layer"]))  # original indices: gaps where dropped
-    left.bar([i - 0.2 for i in layers], report["heads_per_layer"], width=0.4, label="heads")
-    twin = left.twinx()
-    twin.bar([i + 0.2 for i in layers], report["neurons_per_layer"], width=0.4, color="tab:orange", label="FFN neurons")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+    heads, neurons = report["heads_per_layer"], report["neurons_per_layer"]
+    layers = list(report.get("layers") or range(len(heads)))  # original indices: gaps where layers were dropped
+    every = list(range(report.get("layers_of") or len(heads)))
+    heads_of, neurons_of = report.get("heads_of") or max(heads), report.get("neurons_of") or max(neurons)
+    for offset, kept, of, color, what in ((-0.2, heads, heads_of, "tab:blue", "heads"),
+                                          (0.2, neurons, neurons_of, "tab:orange", "FFN neurons")):
+        bars = left.bar([i + offset for i in layers], [100 * k / of for k in kept], width=0.4, color=color,
+                        label=f"{what} (of {of:,})")
+        if len(every) <= 16:  # the counts on the bars, where they fit (report.md lists them all)
+            left.bar_label(bars, labels=[f"{k:,}" for k in kept], rotation=90, padding=2, fontsize=7)
+    for i in sorted(set(every) - set(layers)):
+        left.text(i, 2, "dropped", rotation=90, ha="center", va="bottom", fontsize=8, color="gray")
+    left.axhline(100, color="gray", linestyle=":", linewidth=1)
+    left.set_xticks(every)
+    left.set_xlim(-0.6, len(every) - 0.4)
+    left.set_ylim(0, 130)  # room for the counts above a full bar
+    left.set_yticks(range(0, 101, 25))
     left.set_xlabel("layer")
-    left.set_ylabel("heads kept")
-    twin.set_ylabel("FFN neurons kept")
-    left.set_title("kept per layer")
+    left.set_ylabel("kept, % of the original")
+    left.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, fontsize=8, frameon=False)
+
     attempts = report["allocations"]
-    labels = [f"alloc {i}" for i in range(1, len(attempts) + 1)] + ["shipped"]
+    labels = [f"check {i}\n(predicted {a['predicted']:.2f}x)" for i, a in enumerate(attempts, 1)] + ["shipped"]
     measured = [a["measured"] for a in attempts] + [report["measured_speedup"]]
-    right.bar(labels, measured, color="tab:green")
-    right.axhline(report["target_speedup"], color="black", linestyle="--", label=f"target {report['target_speedup']:g}x")
-    right.set_ylabel("measured speed-up")
-    right.set_title(Deployment(**report["deployment"]).describe(), fontsize=8)
-    right.legend()
+    shipped = report.get("measured_range") or [measured[-1]] * 2  # the quartiles' range
+    low = [a.get("measured_low", a["measured"]) for a in attempts] + [shipped[0]]
+    high = [a.get("measured_high", a["measured"]) for a in attempts] + [shipped[1]]
+    spread = [[max(0.0, m - lo) for m, lo in zip(measured, low)], [max(0.0, hi - m) for m, hi in zip(measured, high)]]
+    colors = ["tab:gray"] * len(attempts) + ["tab:green"]
+    bars = right.bar(labels, measured, color=colors, yerr=spread, capsize=3,
+                     error_kw={"elinewidth": 1, "ecolor": "black"})
+    right.bar_label(bars, labels=[f"{m:.2f}x" for m in measured], label_type="center", fontsize=8, color="white")
+    target = right.axhline(report["target_speedup"], color="black", linestyle="--")
+    right.set_ylim(0, max([*high, report["target_speedup"]]) * 1.15)
+    right.set_ylabel("measured speed-up (whiskers: quartiles)")
+    right.tick_params(axis="x", labelsize=8)
+    right.legend([target, bars[0], bars[-1]],
+                 [f"target {report['target_speedup']:g}x", "pruned model", "shipped model"],
+                 loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3, fontsize=8, frameon=False)
+    fig.suptitle(f"ghostify compress: {report['target_speedup']:g}x in {Deployment(**report['deployment']).describe()}",
+                 fontsize=10)
     fig.tight_layout()
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".png", delete=False) as tmp:
         fig.savefig(tmp.name, dpi=110)

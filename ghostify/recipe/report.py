@@ -14,6 +14,7 @@ from ..card import read_training
 from ..errors import GhostifyError
 from ..export.runtime import onnx_path
 from ..steps.info import report_size
+from ..units import human
 
 if TYPE_CHECKING:
     from .plan import PlannedStage
@@ -233,6 +234,7 @@ def plot(reports: list[tuple[str, dict[str, Any]]], path: str | Path, metric: st
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     metric = _metric_of(reports, metric)
     runs = [(name, run_points(name, report, metric)) for name, report in reports]
@@ -241,35 +243,71 @@ def plot(reports: list[tuple[str, dict[str, Any]]], path: str | Path, metric: st
                             "(or choose another --metric)")
     timed = any(p.latency_ms is not None for _, points in runs for p in points)
     fig, axes = plt.subplots(1, 2 if timed else 1, figsize=(12 if timed else 7, 4.8), dpi=120, squeeze=False)
-    panels = [(axes[0][0], "flops", "FLOPs (G, batch 1, 128 tokens)")]
+    panels = [(axes[0][0], "flops", "FLOPs (batch 1, 128 tokens)")]
     if timed:
-        panels.append((axes[0][1], "latency_ms", "latency (ms per forward pass, `ghostify bench`)"))
+        panels.append((axes[0][1], "latency_ms", "latency (ms per forward pass, ghostify bench)"))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, field, xlabel in panels:
+        labels = []
         for r, (name, points) in enumerate(runs):
             color = colors[r % len(colors)]
             shown = [p for p in points if getattr(p, field) is not None]
-            xs = [getattr(p, field) / (1e9 if field == "flops" else 1) for p in shown]
+            xs = [getattr(p, field) for p in shown]
             if len(shown) > 1:
                 ax.plot(xs, [p.value for p in shown], color=color, alpha=0.3, linewidth=1)
+            named: dict[tuple[float, float], list[Point]] = {}  # the models at one place (an eval of the stage before)
             for x, p in zip(xs, shown):
                 marker = KINDS[p.kind][0]
                 ax.scatter(x, p.value, marker=marker, s=70 if p.kind == "teacher" else 40, color=color, zorder=3)
                 if p.learned_nothing:
                     ax.scatter(x, p.value, marker="x", s=120, color="red", zorder=4)
-                offset = {"onnx": (4, -10), "onnx (int8)": (4, -20)}.get(p.kind, (4, 4))
-                ax.annotate(p.label, (x, p.value), textcoords="offset points", xytext=offset, fontsize=7)
+                named.setdefault((x, p.value), []).append(p)
+            for (x, value), together in named.items():  # one label a place, naming every stage there
+                offset = {"onnx": (4, -10), "onnx (int8)": (4, -20)}.get(together[0].kind, (4, 4))
+                labels.append(ax.annotate(", ".join(p.label for p in together), (x, value), textcoords="offset points",
+                                          xytext=offset, fontsize=7, color=color if len(runs) > 1 else "black"))
+        if field == "flops":  # 22.71M, 1.45G: the tiny test models' FLOPs are thousandths of a G
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: human(value)))
+        ax.xaxis.set_major_locator(MaxNLocator(6))
         ax.set_xlabel(xlabel)
         ax.set_ylabel(metric)
         ax.grid(alpha=0.3)
+        ax.margins(x=0.08, y=0.12)
+        _untangle(fig, ax, labels)
     _legend(axes[0][-1], runs, colors)
     task = next((report.get("task") for _, report in reports if report.get("task")), None)
     where = reports[0][0] if len(reports) == 1 else f"{len(reports)} runs"
-    fig.suptitle(f"{where}: {task or 'task'} {metric}")
+    fig.suptitle(f"{where}: {task + ' ' if task else ''}{metric}")
     fig.tight_layout()
     fig.savefig(str(path))
     plt.close(fig)
     return Path(path)
+
+
+def _untangle(fig, ax, labels: list[Any]) -> None:
+    """Keep the points' labels apart, off the points and on the panel: a label in the right half of the panel
+    reads to the left of its point, and one that would cover a point or another label moves below its point,
+    a line further each time."""
+    from matplotlib.transforms import Bbox
+
+    renderer = fig.canvas.get_renderer()
+    middle = sum(ax.get_xlim()) / 2
+    mark = 3.5 * fig.dpi / 72  # half a marker (3.5 points), in pixels: less than a label's offset from its point
+    placed = [Bbox.from_bounds(x - mark, y - mark, 2 * mark, 2 * mark)
+              for x, y in (ax.transData.transform(label.xy) for label in labels)]
+    for label in sorted(labels, key=lambda a: (-a.xy[1], a.xy[0])):
+        dx, dy = label.xyann
+        if label.xy[0] > middle:
+            label.set_horizontalalignment("right")
+            label.xyann = (dx := -dx, dy)
+        for _ in range(len(labels) + 1):
+            box = label.get_window_extent(renderer)
+            if not any(box.overlaps(other) for other in placed):
+                break
+            height = box.height * 72 / fig.dpi  # in points, as the offset
+            dy = min(dy, 0) - height - (4 if dy > 0 else 1)  # below the point first, then a line lower
+            label.xyann = (dx, dy)
+        placed.append(label.get_window_extent(renderer))
 
 
 def _legend(ax, runs: list[tuple[str, list[Point]]], colors: list[str]) -> None:

@@ -189,7 +189,24 @@ def _suggest(word: str, options: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _pydantic_problems(exc: ValidationError, source: RecipeSource, prefix: Location, model: type[BaseModel]) -> list[str]:
+#: the most keys a message lists; where there are more, it names where they are listed
+LISTED_KEYS = 10
+
+
+def _unknown_key(key: str, options: list[str], command: str | None) -> str:
+    """What follows "unknown key": the key meant, when one is close; else the keys, or where they are listed
+    (a stage's are its command's options)."""
+    close = _suggest(key, options)
+    if close:
+        return close
+    if len(options) <= LISTED_KEYS:
+        return f"; the keys here are {', '.join(options)}"
+    listed = f"`ghostify {command} --help`" if command else "`ghostify finetune --help` (its data and task options)"
+    return f"; the keys here are the options of {listed}, with _ for -"
+
+
+def _pydantic_problems(exc: ValidationError, source: RecipeSource, prefix: Location, model: type[BaseModel],
+                       command: str | None = None) -> list[str]:
     problems = []
     for error in exc.errors():
         location = (*prefix, *error["loc"])
@@ -197,7 +214,7 @@ def _pydantic_problems(exc: ValidationError, source: RecipeSource, prefix: Locat
         where = source.where(location)
         if error["type"] == "extra_forbidden":
             options = _keys_at(model, error["loc"][:-1])
-            problems.append(f"{where}: unknown key {key!r}{_suggest(key, options)}; the keys here are {', '.join(options)}")
+            problems.append(f"{where}: unknown key {key!r}{_unknown_key(key, options, command)}")
         elif error["type"] == "missing":
             problems.append(f"{where}: missing required key {key!r}; add it")
         else:
@@ -307,10 +324,8 @@ def validate(source: RecipeSource, raw: dict[str, Any]) -> Recipe:
         (command_name, body), = entry.items()
         known = commands()
         if command_name not in known:
-            problems.append(
-                f"{source.where(location)}: unknown stage {command_name!r}{_suggest(str(command_name), list(known))}; "
-                f"stages are {', '.join(known)}"
-            )
+            problems.append(f"{source.where(location)}: unknown stage {command_name!r}"
+                            f"{_suggest(str(command_name), list(known)) or '; stages are ' + ', '.join(known)}")
             continue
         body = body or {}
         if not isinstance(body, dict):
@@ -320,7 +335,7 @@ def validate(source: RecipeSource, raw: dict[str, Any]) -> Recipe:
         try:
             values = model.model_validate(body).model_dump(warnings=False)  # a tuple setting may default to its text ("o,ffn2")
         except ValidationError as exc:
-            problems += _pydantic_problems(exc, source, (*location, command_name), model)
+            problems += _pydantic_problems(exc, source, (*location, command_name), model, command_name)
             values = body  # keep checking the order and references of the rest
         if values.get("when") is False:  # left out: nothing refers to it, and the other stages keep their numbers
             left_out.append(f"{i + 1:02d}-{body.get('output') or command_name}")

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from ..errors import GhostifyError
+from ..files import check_input_file
 
 Location = tuple[Any, ...]  # e.g. ("stages", 2, "prune", "width")
 
@@ -150,14 +151,7 @@ class RecipeSource:
     @classmethod
     def read(cls, path: str | Path) -> "RecipeSource":
         """Read a recipe file: a UTF-8 text file of at most :data:`MAX_BYTES` that holds a document."""
-        path = Path(path)
-        if path.is_dir():
-            raise GhostifyError(f"recipe {path} is a directory, not a YAML file; name the recipe file "
-                                f"(e.g. {path / 'recipe.yaml'})")
-        if not path.exists():
-            raise GhostifyError(f"recipe {path} does not exist; check the path")
-        if not path.is_file():
-            raise GhostifyError(f"recipe {path} is not a regular file; name a YAML file")
+        path = check_input_file(path, "recipe", "YAML", example="recipe.yaml")
         with path.open("rb") as file:
             data = file.read(MAX_BYTES + 1)
         if len(data) > MAX_BYTES:

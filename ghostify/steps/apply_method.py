@@ -27,7 +27,7 @@ from ..files import check_output_dir
 from ..methods import DEFAULT_SEED, Context, Entry, Method, by_name, check_order
 from ..record import GhostifyRecord, history_entry
 from ..seeding import check_seed
-from .examples import unlabelled_batches
+from .examples import unlabelled_examples
 
 
 def apply_method(method: Method | str, model: str | os.PathLike, output: str | os.PathLike, settings: Any = None, *,
@@ -46,7 +46,7 @@ def apply_method(method: Method | str, model: str | os.PathLike, output: str | o
     method.check(config, record, settings)  # before any weight is read
     net = load_model(model)
     record = model_record(net)
-    entry = method.apply(net, record, settings, Context(source=str(model), seed=seed, examples=unlabelled_batches))
+    entry = method.apply(net, record, settings, Context(source=str(model), seed=seed, examples=unlabelled_examples))
     record = with_entry(record, method, entry)
     arguments = {"model": str(model), **settings_values(settings), **(entry.history or {})}
     if method.seeded:

@@ -13,6 +13,7 @@ from ..checkpoint import load_config
 from ..data import load_split
 from ..errors import GhostifyError
 from ..settings import DataSettings, ImportanceDefaults, TaskSettings
+from ..methods import Examples
 from ..tasks import TaskKind, dataset_for
 from .common import load_tokenizer
 from .training_common import task_kind
@@ -51,6 +52,19 @@ def unlabelled_batches(model: str | os.PathLike, description: Mapping[str, Any],
     return task_batches(model, description, count, seed, batch_size)[1]
 
 
+def unlabelled_examples(model: str | os.PathLike, description: Mapping[str, Any], count: int, seed: int,
+                        batch_size: int = ImportanceDefaults.batch_size) -> Examples:
+    """:func:`unlabelled_batches`, with how far a model's outputs on one of them are from a teacher's: the task's
+    prediction-layer distillation loss at temperature 1, less the teacher's own (what ``Context.examples``
+    gives a method: mask tuning keeps its scales only where they bring the model closer to its teacher)."""
+    kind, batches = task_batches(model, description, count, seed, batch_size)
+
+    def distance(output: Any, teacher: Any, batch: dict[str, Any]) -> float:
+        return float(kind.teacher_loss(output, teacher, batch, 1.0)) - float(kind.teacher_loss(teacher, teacher, batch, 1.0))
+
+    return Examples(batches=batches, distance=distance)
+
+
 def task_batches(model: str | os.PathLike, description: Mapping[str, Any], count: int, seed: int,
                  batch_size: int = ImportanceDefaults.batch_size) -> tuple[TaskKind, list[dict[str, Any]]]:
     """:func:`unlabelled_batches` and the task kind that read them (completed from the data: its labels)."""
@@ -74,4 +88,4 @@ def task_batches(model: str | os.PathLike, description: Mapping[str, Any], count
     return kind, batches
 
 
-__all__ = ["SPLIT", "data_description", "settings_of", "task_batches", "unlabelled_batches"]
+__all__ = ["SPLIT", "data_description", "settings_of", "task_batches", "unlabelled_batches", "unlabelled_examples"]

@@ -19,7 +19,7 @@ from ..card import CardFacts, check_card, model_size, read_training, write_card
 from ..checkpoint import load_config, load_model, model_record, read_record
 from ..errors import GhostifyError
 from ..export.hf import drop_auto_map, write_hf
-from ..export.onnx import example_batch, input_names, require_onnx, resolve_keep_fp32, write_onnx
+from ..export.onnx import INT8_NAME, ONNX_NAME, example_batch, input_names, require_onnx, resolve_keep_fp32, write_onnx
 from ..export.runtime import onnx_path
 from ..files import atomic_directory, check_output_dir, copy_tokenizer
 from ..hub import hub_target, push_folder
@@ -119,6 +119,9 @@ def export(
             facts.onnx_files, facts.onnx_inputs, facts.onnx_outputs = (tuple(written_onnx.files), tuple(written_onnx.inputs),
                                                                        tuple(written_onnx.outputs))
             facts.onnx_fp32_modules = keep_fp32 if quantize == "int8" else ()
+            facts.onnx_differences = {graph: difference for graph, difference in (
+                (ONNX_NAME, written_onnx.max_difference), (INT8_NAME, written_onnx.int8_difference))
+                if graph in written_onnx.files and difference is not None}
             check_card(write_card(tmp, facts))
             result.update(inputs=written_onnx.inputs, outputs=written_onnx.outputs, files=written_onnx.files,
                           max_difference=written_onnx.max_difference, int8_difference=written_onnx.int8_difference)

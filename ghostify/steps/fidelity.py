@@ -38,32 +38,68 @@ def teacher_gap(models: list[str | os.PathLike], teacher: str | os.PathLike, des
     return [s / count for s in sums]
 
 
-def against_uniform(searched: Path, source: Path, teacher: str | os.PathLike, latency: str | os.PathLike,
-                    speedup: float, candidate: Path, *, prune_settings: Mapping[str, Any], samples: int,
-                    seed: int) -> dict[str, Any] | None:
-    """``searched`` (``source`` pruned for a predicted ``speedup`` by the search) against ``source`` pruned to the
-    widest uniform width the latency model predicts within the same target (written to ``candidate``, with the
-    same ``prune_settings``: criterion, rearrangement, tuning): their :func:`teacher_gap` on ``samples`` training
-    examples of the data ``source``'s scores were computed on. None where no uniform width keeps a head in
-    every layer within the target, or the scores do not say what their data was."""
+#: the allocations compress compares before training (each a set of ``prune`` settings besides the target): the
+#: latency search by the Fisher information, with and without rearrangement within layers, by the first-order
+#: scores, and uniform width. No one of them wins everywhere (benchmarks/results/retraining_free.md).
+CANDIDATES: dict[str, dict[str, Any]] = {
+    "fisher": {"criterion": "fisher", "rearrange": False},
+    "fisher+rearranged": {"criterion": "fisher", "rearrange": True},
+    "loss-gradient": {"criterion": "loss-gradient", "rearrange": False},
+    "uniform": {"criterion": "fisher", "rearrange": False},
+}
+
+
+def uniform_width_for(model: str | os.PathLike, latency: str | os.PathLike, speedup: float) -> str | None:
+    """The widest uniform width (``prune --width``) whose predicted latency on ``model``'s layers is within dense /
+    ``speedup``; None where not even one head per layer is."""
     from ..checkpoint import load_config, read_record
     from ..latency_model import LatencyModel
-    from ..methods.pruning import ImportanceScores, uniform_width
-    from .apply_method import apply_method
+    from ..methods.pruning import uniform_width
 
     costs = LatencyModel.load(latency)
     g = costs.geometry
-    layers = len(read_record(load_config(source)).heads)
+    layers = len(read_record(load_config(model)).heads)
     width = uniform_width(costs, costs.predict([g.num_heads] * layers, [g.ffn_size] * layers) / speedup, layers)
+    return None if width is None else str(width)
+
+
+def candidate_settings(name: str, model: str | os.PathLike, latency: str | os.PathLike,
+                       speedup: float) -> dict[str, Any] | None:
+    """``prune``'s settings for candidate ``name`` (of :data:`CANDIDATES`) at ``speedup``; None where there is none."""
+    if name == "uniform":
+        width = uniform_width_for(model, latency, speedup)
+        return None if width is None else {"width": width, **CANDIDATES[name]}
+    return {"speedup": speedup, "latency": str(latency), **CANDIDATES[name]}
+
+
+def choose_allocation(source: Path, teacher: str | os.PathLike, latency: str | os.PathLike, speedup: float,
+                      scratch: Path, *, prune_settings: Mapping[str, Any], samples: int,
+                      seed: int) -> dict[str, Any] | None:
+    """Which allocation of ``source`` for a predicted ``speedup`` starts closest to ``teacher``: each of
+    :data:`CANDIDATES` is pruned (with ``prune_settings`` besides the candidate's own, but without mask tuning:
+    tuning is slow, and keeps the ranking closely enough) into ``scratch`` and compared by :func:`teacher_gap` on
+    ``samples`` training examples of the data ``source``'s scores were computed on. None where the scores do not
+    say what their data was."""
+    from ..methods.pruning import ImportanceScores
+    from .apply_method import apply_method
+
     description = ImportanceScores.load(source).metadata.get("data")
-    if width is None or not isinstance(description, dict):
+    if not isinstance(description, dict):
         return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        apply_method("pruning", source, candidate, **{**prune_settings, "width": str(width)})
-    gap_search, gap_uniform = teacher_gap([searched, candidate], teacher, description, samples=samples, seed=seed)
-    return {"chosen": "uniform" if gap_uniform < gap_search else "search", "width": str(width),
-            "gap_search": gap_search, "gap_uniform": gap_uniform, "samples": samples}
+    settings: dict[str, dict[str, Any]] = {}
+    for name in CANDIDATES:
+        candidate = candidate_settings(name, source, latency, speedup)
+        if candidate is None:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            apply_method("pruning", source, scratch / name, **{**prune_settings, **candidate, "tune_masks": 0})
+        settings[name] = candidate
+    gaps = teacher_gap([scratch / name for name in settings], teacher, description, samples=samples, seed=seed)
+    by_name = dict(zip(settings, gaps))
+    order = list(CANDIDATES)
+    chosen = min(by_name, key=lambda name: (by_name[name], order.index(name)))
+    return {"chosen": chosen, "settings": settings[chosen], "gaps": by_name, "samples": samples}
 
 
-__all__ = ["against_uniform", "teacher_gap"]
+__all__ = ["CANDIDATES", "candidate_settings", "choose_allocation", "teacher_gap", "uniform_width_for"]

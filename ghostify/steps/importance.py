@@ -58,7 +58,8 @@ def importance(
     check_max_length(max_length, model)
     kind.for_model(load_config(model))
     label_free = label_free or not kind.needs_labels
-    data = load_split(dataset, kind.preset, SPLIT, max_samples=samples, seed=seed, require_labels=not label_free)
+    data = load_split(dataset, kind.preset, SPLIT, max_samples=samples, seed=seed, require_labels=not label_free,
+                      without_labels="score without labels with --label-free")
     preset = kind.with_data(data)
     # label-free scores need no trained head: they measure how the model's own predictive
     # distribution moves (with a fresh head, that of a random projection of the encoder's output)

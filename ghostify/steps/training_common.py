@@ -13,6 +13,7 @@ from torch import nn
 
 from ..checkpoint import load_config, model_record, write_checkpoint
 from ..data import TaskPreset, load_split, resolve_task
+from ..data.readers import is_data_file
 from ..data.sop import add_sop_inputs, sop_collator
 from ..errors import GhostifyError
 from ..flatten import flat_settings
@@ -42,7 +43,7 @@ def task_kind(data: DataSettings, task: TaskSettings) -> TaskKind:
     data.validate()
     task.validate()
     preset = resolve_task(data.task, text_columns=data.text_columns, label_column=data.label_column, metric=data.metric,
-                          columns=task.columns())
+                          columns=task.columns(), columns_from_data=is_data_file(data.dataset))
     return kind_for(preset, data, task)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import warnings
 from abc import ABC, abstractmethod
+from dataclasses import replace
 from collections.abc import Callable
 from typing import Any
 
@@ -38,7 +39,10 @@ class TaskKind(ABC):
 
     # ----- data ------------------------------------------------------------------------------
     def with_data(self, data: TaskData) -> TaskPreset:
-        """The preset completed from the training data (label count, metric, tag names)."""
+        """The preset completed from the training data (label count, metric, tag names; the text column
+        ``load_split`` found in a data file when none was named)."""
+        if not self.preset.text_columns and data.task.text_columns:
+            self.preset = replace(self.preset, text_columns=data.task.text_columns)
         return self.preset
 
     @abstractmethod

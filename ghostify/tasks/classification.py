@@ -53,6 +53,7 @@ class Classification(TaskKind):
     def with_data(self, data: TaskData):
         """The label count, metric and class names: a ClassLabel's names, or for a column of names
         those of the model's head when it has them (its ids), else the names sorted."""
+        super().with_data(data)
         if not data.has_labels or self.preset.is_regression or self.preset.label_names is not None:
             return self.preset
         kind = label_kind(data.rows, self.preset.label_column, dataset=data.dataset)

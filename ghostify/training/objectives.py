@@ -13,6 +13,7 @@ from ..architectures import get_adapter
 from ..checkpoint import model_record
 from ..data.sop import IGNORE
 from ..data.sop import PREFIX as SOP_PREFIX
+from ..methods import channel_origin
 from ..settings import DistillWeights
 from .capture import capture, enable_score_capture
 from .layer_map import LayerMap
@@ -71,6 +72,16 @@ def _hidden_size(model: nn.Module) -> int:
     return get_adapter(model.config).hidden_size(model.config)
 
 
+def _teacher_channels(student: nn.Module, teacher_width: int) -> torch.Tensor | None:
+    """The teacher channels a student whose hidden size was cut (``prune-hidden``) kept, when the teacher has the
+    width the student was cut from (it is the unpruned source, say): each student hidden state is then compared
+    with the teacher's same channels, with no learned map. None otherwise."""
+    origin = channel_origin(model_record(student))
+    if origin is None or origin[1] != teacher_width or len(origin[0]) != _hidden_size(student):
+        return None
+    return torch.tensor(origin[0], dtype=torch.long)
+
+
 def _head_selection(student: nn.Module, teacher: nn.Module, layer_map: LayerMap) -> list[torch.Tensor | None]:
     """For each mapped pair, which teacher heads the student's heads correspond to.
 
@@ -102,7 +113,9 @@ class DistillObjective(Objective):
     """GhostBERT's ``ℓ_emb + ℓ_mha + ℓ_ffn`` (MSE on the embedding output and on the hidden states
     after every attention and FFN block), plus TinyBERT's attention-score MSE and prediction-layer
     soft cross-entropy, and ALBERT's sentence-order prediction, each weighted. Learned linear maps
-    bridge different hidden sizes; the SOP classifier reads the student's first-token output."""
+    bridge different hidden sizes, except for a student whose hidden size was cut from the teacher's: its
+    hidden states are compared with the teacher's kept channels. The SOP classifier reads the student's
+    first-token output."""
 
     def __init__(self, student: nn.Module, teacher: nn.Module, *, weights: DistillWeights, layer_map: LayerMap,
                  kind: TaskLosses):
@@ -115,7 +128,9 @@ class DistillObjective(Objective):
         object.__setattr__(self, "_teacher", teacher)
         ds, dt = _hidden_size(student), _hidden_size(teacher)
         self.projections = nn.ModuleDict()
-        if ds != dt:  # TinyBERT: one map for the embeddings, one shared by all hidden states
+        #: a plain tensor, not a buffer: the objective's saved state holds only what it learns
+        self.channels = _teacher_channels(student, dt)
+        if ds != dt and self.channels is None:  # TinyBERT: one map for the embeddings, one shared by all hidden states
             self.projections["embeddings"] = nn.Linear(ds, dt)
             self.projections["hidden"] = nn.Linear(ds, dt)
         if weights.sop_weight > 0:  # saved with the projections, not part of the student
@@ -128,6 +143,18 @@ class DistillObjective(Objective):
 
     def _project(self, name: str, x: torch.Tensor) -> torch.Tensor:
         return self.projections[name](x) if name in self.projections else x
+
+    def _kept(self, x: torch.Tensor) -> torch.Tensor:
+        """A teacher hidden state as the student's is laid out: its kept channels, for a hidden-pruned student."""
+        return x if self.channels is None else x.index_select(-1, self.channels.to(x.device))
+
+    def _kept_output(self, student_out: Any, teacher_out: Any) -> Any:
+        """The teacher's output with its last hidden state cut to the kept channels where the student's is (a
+        hidden-pruned encoder without --keep-output-dim: the embeddings task pools both), else as it is."""
+        s, t = getattr(student_out, "last_hidden_state", None), getattr(teacher_out, "last_hidden_state", None)
+        if self.channels is None or s is None or t is None or s.shape[-1] == t.shape[-1]:
+            return teacher_out
+        return type(teacher_out)(**{**teacher_out, "last_hidden_state": self._kept(t)})
 
     def _sop_loss(self, sop: dict[str, torch.Tensor]) -> torch.Tensor:
         """Cross-entropy of in-order vs swapped segments, over the examples that have two."""
@@ -155,14 +182,16 @@ class DistillObjective(Objective):
         if w.sop_weight:
             parts["sop_loss"] = self._sop_loss(sop)
         if w.emb_weight:
-            parts["emb_loss"] = masked_mse(self._project("embeddings", s_out.hidden_states[0]), t_out.hidden_states[0], mask)
+            parts["emb_loss"] = masked_mse(self._project("embeddings", s_out.hidden_states[0]),
+                                           self._kept(t_out.hidden_states[0]), mask)
         for k, (s, t) in enumerate(self.layer_map.pairs):
             if w.ffn_weight:
                 parts["ffn_loss"] = parts["ffn_loss"] + masked_mse(
-                    self._project("hidden", s_out.hidden_states[s]), t_out.hidden_states[t], mask)
+                    self._project("hidden", s_out.hidden_states[s]), self._kept(t_out.hidden_states[t]), mask)
             if w.mha_weight:
                 parts["mha_loss"] = parts["mha_loss"] + masked_mse(
-                    self._project("hidden", s_cap.attention_blocks[s - 1]), t_cap.attention_blocks[t - 1], mask)
+                    self._project("hidden", s_cap.attention_blocks[s - 1]), self._kept(t_cap.attention_blocks[t - 1]),
+                    mask)
             if scores:
                 s_scores, t_scores = s_cap.scores[s - 1], t_cap.scores[t - 1]
                 heads = self.heads[k]
@@ -172,7 +201,7 @@ class DistillObjective(Objective):
                     t_scores = t_scores.index_select(1, heads.to(t_scores.device))
                 parts["attention_loss"] = parts["attention_loss"] + attention_score_mse(s_scores, t_scores, mask)
         if w.logit_weight:
-            parts["logit_loss"] = self.kind.teacher_loss(s_out, t_out, inputs, w.temperature)
+            parts["logit_loss"] = self.kind.teacher_loss(s_out, self._kept_output(s_out, t_out), inputs, w.temperature)
         loss = (w.emb_weight * parts["emb_loss"] + w.mha_weight * parts["mha_loss"] + w.ffn_weight * parts["ffn_loss"]
                 + w.attention_weight * parts["attention_loss"] + w.logit_weight * parts["logit_loss"])
         if w.sop_weight:

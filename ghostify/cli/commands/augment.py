@@ -18,7 +18,7 @@ DataOutput = Annotated[
 
 
 @app.command(
-    epilog="**Examples**\n\n"
+    epilog="Examples:\n\n"
     "ghostify augment --mlm bert-base-uncased --task sst2 -o data/sst2-aug\n\n"
     "ghostify augment --mlm bert-base-uncased --task rte --dataset ../shared/data/glue -o data/rte-aug --max-samples 500\n\n"
     "ghostify augment --mlm bert-base-uncased --task stsb --label-with out/teacher-stsb -o data/stsb-aug\n\n"

@@ -12,7 +12,7 @@ from ..options import Json
 
 
 @app.command(
-    epilog="**Examples**\n\n"
+    epilog="Examples:\n\n"
     "ghostify bench bert-base-uncased runs/quick/06-final runs/quick/onnx/model_int8.onnx\n\n"
     "ghostify bench out/dense out/pruned --batch-size 32 --threads 2 --json",
 )

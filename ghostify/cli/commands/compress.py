@@ -13,7 +13,7 @@ from ..settings_options import settings_options
 
 
 @app.command(
-    epilog="**Examples**\n\n"
+    epilog="Examples:\n\n"
     "ghostify compress ../shared/models/all-MiniLM-L6-v2 -o out/c2 --task sst2 --dataset ../shared/data/glue --speedup 2\n\n"
     "ghostify compress out/teacher -o out/c3 --task sst2 --speedup 3 --runtime onnx-int8 --batch-size 32 --threads 2\n\n"
     "ghostify compress bert-base-uncased -o out/c2 --task mrpc --speedup 2 --budget standard --runtime pytorch"

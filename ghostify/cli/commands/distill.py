@@ -18,7 +18,7 @@ REFERENCES = next(m for m in shipped() if m.name == "references").settings
 
 
 @app.command(
-    epilog="**Examples**\n\n"
+    epilog="Examples:\n\n"
     "ghostify distill --teacher out/teacher --student out/ghost -o out/distilled --task sst2\n\n"
     "ghostify distill --teacher out/teacher --student out/ghost -o out/d --task sst2 --dataset out/sst2-aug "
     "--attention-weight 1 --logit-weight 1\n\n"

@@ -13,7 +13,7 @@ from ..settings_options import settings_options
 
 @app.command(
     name="eval",
-    epilog="**Examples**\n\n"
+    epilog="Examples:\n\n"
     "ghostify eval out/final --task sst2\n\n"
     "ghostify eval out/final --task mnli --split validation_mismatched --json\n\n"
     "ghostify eval ./model --dataset ../shared/data/glue --task stsb --json | jq .metrics.spearman\n\n"

@@ -11,7 +11,7 @@ from ..options import Json, Model, Output, Overwrite, split_names
 
 
 @app.command(
-    epilog="**Examples**\n\n"
+    epilog="Examples:\n\n"
     "ghostify export runs/quick/06-final -o runs/quick/hf  (then AutoModelForSequenceClassification.from_pretrained(..., trust_remote_code=True))\n\n"
     "ghostify export runs/quick/06-final -o runs/quick/onnx --format onnx --quantize int8\n\n"
     "ghostify export runs/quick/06-final -o runs/quick/hf --push-to-hub my-org/minilm-ghost --private\n\n"
@@ -32,14 +32,14 @@ def export(
 ) -> None:
     """Write a compressed model so that it runs without ghostify, and check it.
 
-    **hf**: `config.json` maps the Auto classes to `modeling_ghostify.py`, which rebuilds the
+    hf: `config.json` maps the Auto classes to `modeling_ghostify.py`, which rebuilds the
     recorded structure (heads, widths, ghosts, grouped and shared layers, factorised embeddings)
     with ghostify's own code copied beside it (it needs torch and transformers only). A model that
     a stock config describes (only a uniform FFN width changed) is written as a plain checkpoint.
     A sentence-transformers model keeps its layout (pooling, normalisation). The export is loaded
     in a fresh process where ghostify cannot be imported and compared with ghostify's loading.
 
-    **onnx**: dynamic batch and sequence axes; checked against PyTorch on batches of other sizes,
+    onnx: dynamic batch and sequence axes; checked against PyTorch on batches of other sizes,
     lengths and padding (fails above 1e-4). `--quantize int8` adds `model_int8.onnx`.
 
     Either writes a `README.md` model card (history, sizes, metrics, how to load it).

@@ -13,7 +13,7 @@ from ..summary import print_trained, print_training
 
 
 @app.command(
-    epilog="**Examples**\n\n"
+    epilog="Examples:\n\n"
     "ghostify finetune bert-base-uncased -o out/teacher --task sst2\n\n"
     "ghostify finetune out/distilled -o out/final --task sst2 --teacher out/teacher\n\n"
     "ghostify finetune ./minilm -o out/t --dataset ../shared/data/glue --task rte --epochs 2 --max-samples 2000\n\n"

@@ -24,7 +24,7 @@ from ..summary import print_importance
 
 
 @app.command(
-    epilog="**Examples**\n\n"
+    epilog="Examples:\n\n"
     "ghostify importance models/bert-sst2 -o out/scored --task sst2 --samples 2048\n\n"
     "ghostify importance ./minilm -o out/scored --dataset ../shared/data/glue --task sst2 --samples 512\n\n"
     "ghostify importance ./model -o out/scored --dataset ./my_data --text-columns text --label-free"

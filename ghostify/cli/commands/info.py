@@ -12,7 +12,7 @@ from ..summary import print_info
 
 
 @app.command(
-    epilog="**Examples**\n\n"
+    epilog="Examples:\n\n"
     "ghostify info out/pruned\n\n"
     "ghostify info out/pruned --json | jq .flops"
 )
@@ -24,7 +24,8 @@ def info(
     """Parameters, FLOPs, heads and FFN size per layer, ghost settings and history.
 
     FLOPs are counted on one forward pass at batch 1 (multiply-add = 2 FLOPs), excluding the
-    embedding lookup, as in the GhostBERT paper.
+    embedding lookup, as in the GhostBERT paper. The history shows each step's settings that differ
+    from their defaults; --json has every setting and what each step measured.
     """
     from ... import steps  # torch and transformers: loaded when a command runs, not for --help
 

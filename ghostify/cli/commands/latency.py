@@ -14,7 +14,7 @@ from ..options import Json, Model, Overwrite, Seed
 
 
 @app.command(
-    epilog="**Examples**\n\n"
+    epilog="Examples:\n\n"
     "ghostify latency sentence-transformers/all-MiniLM-L6-v2 --runtime onnx-int8\n\n"
     "ghostify latency out/scored -o out/latency --runtime pytorch --batch-size 32 --threads 2",
 )

@@ -17,6 +17,7 @@ import typer
 from ...methods import DEFAULT_SEED, Method, methods, origin, shipped
 from ..app import BEFORE_COMMANDS, app, sort_commands
 from ..console import err
+from ..inputs import check_paths
 from ..options import Model, Output, Overwrite, Seed
 
 KEYWORD = inspect.Parameter.KEYWORD_ONLY
@@ -48,6 +49,12 @@ def _parameters(method: Method) -> list[inspect.Parameter]:
     return parameters
 
 
+def _what(field: dataclasses.Field) -> str:
+    """What a path setting reads, for its refusal: the first clause of its help."""
+    text = str(field.metadata.get("help", "")).split(";")[0].strip().rstrip(".")
+    return text[:1].lower() + text[1:]
+
+
 def summary(method: Method, record: Any) -> list[str]:
     """What the command prints about the model it wrote: the method's own ``describe`` rows."""
     info = {"methods": record.methods, **record.methods, "heads_per_layer": record.heads_per_layer,
@@ -61,6 +68,8 @@ _MADE: set[str] = set()
 
 def method_command(method: Method) -> None:
     """Register ``method``'s command on the app."""
+    fields = {f.name: f for f in dataclasses.fields(method.settings)}
+    paths = {name: _what(fields[name]) for name in method.path_settings if name in fields}
 
     def command(**options: Any) -> None:
         from ... import steps  # torch and transformers: loaded when a command runs, not for --help
@@ -72,11 +81,12 @@ def method_command(method: Method) -> None:
         err.print(f"wrote {output}", markup=False)
 
     command.__name__ = method.command.replace("-", "_")
+    command.check_options = lambda options: check_paths(options, paths)  # type: ignore[attr-defined]
     parameters = _parameters(method)
     command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in parameters}
     command.__doc__ = method.help
-    epilog = "**Examples**\n\n" + "\n\n".join(method.examples) if method.examples else None
+    epilog = "Examples:\n\n" + "\n\n".join(method.examples) if method.examples else None
     app.command(method.command, epilog=epilog)(command)
     _MADE.add(method.command)
 

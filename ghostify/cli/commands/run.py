@@ -11,7 +11,7 @@ from ..options import Json
 
 
 @app.command(
-    epilog="**Examples**\n\n"
+    epilog="Examples:\n\n"
     "ghostify run recipes/quickstart.yaml -o runs/quick\n\n"
     "ghostify run recipes/quickstart.yaml -o runs/quick --set model=../shared/models/all-MiniLM-L6-v2 "
     "--set data.dataset=../shared/data/glue\n\n"
@@ -66,7 +66,7 @@ def run(
 
 
 @app.command(
-    epilog="**Examples**\n\n"
+    epilog="Examples:\n\n"
     "ghostify report runs/quick\n\n"
     "ghostify report runs/mrpc-12 runs/mrpc-6 runs/mrpc-3 --plot mrpc.png\n\n"
     "ghostify report runs/* --json"

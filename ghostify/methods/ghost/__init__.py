@@ -38,7 +38,7 @@ METHOD = Method(
     heads; d·k parameters per module (55,296 and 14.2M FLOPs for BERT-base at k=3, seq 128).
     Padded tokens are zeroed before convolving, so padding never changes a sequence's outputs.
 
-    **Right after attaching the model's outputs change**: every kernel starts as the uniform
+    Right after attaching the model's outputs change: every kernel starts as the uniform
     average over its window (zero logits, softmax -> 1/k), so each module computes
     `y + ReLU(mean of y over the k tokens centred on each token)`, counting zeros beyond the
     sequence ends. With --features > 1 the extra features start from random logits (drawn from --seed)

@@ -200,14 +200,19 @@ def tuned(model: nn.Module, teacher: nn.Module, scores: ImportanceScores, source
         raise GhostifyError("--tune-masks needs examples, and this caller gives the pruning method none; prune through "
                             "`ghostify prune` or `ghostify.steps.prune`")
     # an eighth of the batches (at least one) is held out to check the scales on
-    batches = context.examples(context.source, data, count, context.seed, max(1, min(TUNE_BATCH_SIZE, count // 8)))
+    examples = context.examples(context.source, data, count, context.seed, max(1, min(TUNE_BATCH_SIZE, count // 8)))
+    batches = examples.batches
     if len(batches) < 2:
         raise GhostifyError(f"--tune-masks {count} found {sum(len(b['input_ids']) for b in batches)} training example(s) "
                             "in the scores' data; it needs at least two batches (one held out to check the scales)")
     held_out = max(1, len(batches) // 8)
-    reports = tune_masks(model, teacher, batches, held_out=held_out)
+    result = tune_masks(model, teacher, batches, held_out=held_out, distance=examples.distance)
+    if not result.kept:
+        warnings.warn(f"mask tuning took the pruned model further from its teacher on {held_out} held-out "
+                      f"batch(es) (distance {result.distance_before:.4g} before, {result.distance_after:.4g} after): "
+                      "the untuned scales are kept", stacklevel=4)
     return {"examples": sum(int(b["input_ids"].shape[0]) for b in batches), "held_out_batches": held_out,
-            "layers": [r.row() for r in reports]}
+            **result.row()}
 
 
 def scores_for(model: nn.Module, source: str, importance: str | None) -> tuple[ImportanceScores, str]:

@@ -20,6 +20,11 @@ block of the Fisher among that layer's heads (and among its neurons), ``Rᵀ R /
 ``prune --rearrange`` minimises over (interactions between units of one layer). The per-example
 gradients are that factor when there are fewer examples than units; otherwise their QR's ``R``
 (square, the same block), so the file stays at most ``units²`` per layer.
+
+Where the family's hidden size can be cut (``prune-hidden``), the same pass also scores each channel of the
+residual stream: a gate per channel shared by every layer (``ghostify.methods.hidden``'s channel gates) gives
+its E|dL/dg| (``hidden``) and E[(dL/dg)²] (``fisher.hidden``), and the channel's mean absolute value at the
+output of every norm of the encoder gives Minitron's activation score (``activation.hidden``).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from ...architectures.projections import ffn_input_weights, value_weight
 from ...errors import CheckpointError
 from ...example_loss import per_example_loss
 from .gates import gated
+from ..hidden import ACTIVATION  # the channel scores' third criterion (Minitron's), declared with prune-hidden
 from .settings import FISHER, LOSS_GRADIENT, WEIGHT_MAGNITUDE
 
 SCORES_NAME = "importance.safetensors"
@@ -61,6 +67,8 @@ class FisherScores:
     head_factors: list[torch.Tensor]
     ffn_factors: list[torch.Tensor]
     samples: int
+    #: E[(dL/dg)²] of a gate per residual channel shared by every layer (None: not scored, see ImportanceScores.hidden)
+    hidden: torch.Tensor | None = None
 
     def tensors(self) -> dict[str, torch.Tensor]:
         out = {f"fisher.heads.{i}": t for i, t in enumerate(self.heads)}
@@ -68,6 +76,8 @@ class FisherScores:
         out |= {f"fisher.factor.heads.{i}": t for i, t in enumerate(self.head_factors)}
         out |= {f"fisher.factor.ffn.{i}": t for i, t in enumerate(self.ffn_factors)}
         out["fisher.layers"] = self.layers
+        if self.hidden is not None:
+            out["fisher.hidden"] = self.hidden
         return out
 
     @classmethod
@@ -80,7 +90,8 @@ class FisherScores:
             fisher = cls(heads=[tensors[f"fisher.heads.{i}"] for i in range(layers)],
                          ffn=[tensors[f"fisher.ffn.{i}"] for i in range(layers)], layers=tensors["fisher.layers"],
                          head_factors=[tensors[f"fisher.factor.heads.{i}"] for i in range(layers)],
-                         ffn_factors=[tensors[f"fisher.factor.ffn.{i}"] for i in range(layers)], samples=int(samples))
+                         ffn_factors=[tensors[f"fisher.factor.ffn.{i}"] for i in range(layers)], samples=int(samples),
+                         hidden=tensors.get("fisher.hidden"))
         except KeyError as exc:
             raise CheckpointError(f"corrupt importance file {where}: missing {exc}; re-run `ghostify importance`") from None
         except (TypeError, ValueError):
@@ -93,6 +104,10 @@ class FisherScores:
                 if diagonal.numel() != units or factor.dim() != 2 or factor.shape[1] != units:
                     raise CheckpointError(f"corrupt importance file {where}: the Fisher scores of layer {i}'s {kind} "
                                           f"do not match its {units} units; re-run `ghostify importance`")
+        hidden = tensors.get("hidden")
+        if fisher.hidden is not None and (hidden is None or fisher.hidden.numel() != hidden.numel()):
+            raise CheckpointError(f"corrupt importance file {where}: its Fisher channel scores do not match its "
+                                  "first-order ones; re-run `ghostify importance`")
         if fisher.layers.numel() != layers or fisher.samples < 1:
             raise CheckpointError(f"corrupt importance file {where}: Fisher scores of {fisher.layers.numel()} layers "
                                   f"(of {layers}) from {fisher.samples} examples; re-run `ghostify importance`")
@@ -112,6 +127,11 @@ class ImportanceScores:
     layers: torch.Tensor | None = None
     #: the Fisher information of the same gates (None in scores without it: weight magnitude, older files)
     fisher: FisherScores | None = None
+    #: one score per residual channel (E|dL/dg| of a gate per channel shared by every layer), for ``prune-hidden``;
+    #: and Minitron's activation score of each channel (mean |x| at every norm's output, summed over the norms).
+    #: None where the family's hidden size cannot be cut, or in files of an older ghostify
+    hidden: torch.Tensor | None = None
+    hidden_activation: torch.Tensor | None = None
 
     @property
     def criterion(self) -> str:
@@ -129,16 +149,38 @@ class ImportanceScores:
             return self.fisher.heads, self.fisher.ffn, self.fisher.layers, FISHER
         return self.heads, self.ffn, self.layers, self.criterion
 
+    def hidden_criteria(self) -> tuple[str, ...]:
+        """The criteria the channel scores can rank by (none without channel scores)."""
+        have = ((FISHER, self.fisher is not None and self.fisher.hidden is not None),
+                (LOSS_GRADIENT, self.hidden is not None), (ACTIVATION, self.hidden_activation is not None))
+        return tuple(name for name, present in have if present)
+
+    def hidden_ranked_by(self, criterion: str) -> tuple[torch.Tensor | None, str]:
+        """The channel scores of ``criterion`` (``fisher``, ``loss-gradient`` or ``activation``) and the criterion
+        they are: scores without that one give the first of theirs (the caller says so); None without any."""
+        by = {FISHER: self.fisher.hidden if self.fisher is not None else None, LOSS_GRADIENT: self.hidden,
+              ACTIVATION: self.hidden_activation}
+        if by.get(criterion) is not None:
+            return by[criterion], criterion
+        present = self.hidden_criteria()
+        return (by[present[0]], present[0]) if present else (None, criterion)
+
     def save(self, path: str | Path) -> None:
         tensors = {f"heads.{i}": t for i, t in enumerate(self.heads)}
         tensors.update({f"ffn.{i}": t for i, t in enumerate(self.ffn)})
         if self.layers is not None:
             tensors["layers"] = self.layers
+        if self.hidden is not None:
+            tensors["hidden"] = self.hidden
+        if self.hidden_activation is not None:
+            tensors["activation.hidden"] = self.hidden_activation
         metadata = dict(self.metadata)
         if self.fisher is not None:
             tensors.update(self.fisher.tensors())
             metadata["fisher_samples"] = self.fisher.samples
         metadata["criteria"] = list(self.criteria())
+        if self.hidden_criteria():
+            metadata["hidden_criteria"] = list(self.hidden_criteria())
         tensors = {k: t.float().contiguous() for k, t in tensors.items()}
         safetensors.torch.save_file(tensors, str(path), metadata={"ghostify": json.dumps(metadata)})
 
@@ -167,7 +209,13 @@ class ImportanceScores:
             raise CheckpointError(f"corrupt importance file {path}: missing {exc}; re-run `ghostify importance`") from exc
         fisher = FisherScores.from_tensors(tensors, n, metadata.pop("fisher_samples", 0), path)
         metadata.pop("criteria", None)  # derived from what the file holds
-        return cls(heads=heads, ffn=ffn, metadata=metadata, layers=tensors.get("layers"), fisher=fisher)
+        metadata.pop("hidden_criteria", None)
+        hidden, activation = tensors.get("hidden"), tensors.get("activation.hidden")
+        if activation is not None and hidden is not None and activation.numel() != hidden.numel():
+            raise CheckpointError(f"corrupt importance file {path}: its activation channel scores do not match its "
+                                  "gradient ones; re-run `ghostify importance`")
+        return cls(heads=heads, ffn=ffn, metadata=metadata, layers=tensors.get("layers"), fisher=fisher, hidden=hidden,
+                   hidden_activation=activation)
 
 
 def compute_importance(
@@ -182,7 +230,8 @@ def compute_importance(
 ) -> ImportanceScores:
     """Mean over examples of |d loss / d gate| for every head and FFN neuron, and for every
     layer (a gate on its whole update: :func:`layer_gates`), and the Fisher information of the same
-    gates (:class:`FisherScores`), from one forward and backward per batch.
+    gates (:class:`FisherScores`), from one forward and backward per batch; where the family's hidden
+    size can be cut, the same for a gate per residual channel, and the channels' activation scores.
 
     ``batches`` yield model inputs with ``labels`` (unless ``label_free``). ``progress`` is called
     with each batch's size. ``loss(model, batch, generator)`` gives one loss per example (a task
@@ -201,7 +250,11 @@ def compute_importance(
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
     count = 0
-    with gated(model, adapter) as gates, layer_gates(adapter.layers(model)) as per_layer:
+    from ..hidden import channel_gates, scorable  # the residual channels' gates: prune-hidden's structure code
+
+    channel_scoring = (channel_gates(model, adapter, record_activation=True) if scorable(model)
+                       else contextlib.nullcontext())
+    with gated(model, adapter) as gates, layer_gates(adapter.layers(model)) as per_layer, channel_scoring as channels:
         template_heads = [g.clone() for g in gates.heads]
         template_ffn = [g.clone() for g in gates.ffn]
         n_layers = len(template_heads)
@@ -212,17 +265,27 @@ def compute_importance(
             gates.heads = [g.expand(size, -1).clone().requires_grad_(True) for g in template_heads]
             gates.ffn = [g.expand(size, -1).clone().requires_grad_(True) for g in template_ffn]
             per_layer[:] = [torch.ones(size, device=device, requires_grad=True) for _ in range(n_layers)]
+            wanted = [*gates.heads, *gates.ffn, *per_layer]
+            if channels is not None:  # one gate per example and channel, shared by every layer
+                channels.gate = torch.ones(size, adapter.hidden_size(model.config), device=device, requires_grad=True)
+                channels.mask = batch.get("attention_mask")
+                wanted.append(channels.gate)
             losses = loss(model, batch, generator)
-            grads = torch.autograd.grad(losses.sum(), [*gates.heads, *gates.ffn, *per_layer])
+            grads = torch.autograd.grad(losses.sum(), wanted)
             first.add([g.detach().float().cpu() for g in grads[:n_layers]],
                       [g.detach().float().cpu() for g in grads[n_layers:2 * n_layers]],
-                      torch.stack([g.detach().float().cpu() for g in grads[2 * n_layers:]], 1))
+                      torch.stack([g.detach().float().cpu() for g in grads[2 * n_layers:3 * n_layers]], 1))
+            if channels is not None:
+                first.add_hidden(grads[3 * n_layers].detach().float().cpu())
             count += size
             if progress is not None:
                 progress(size)
     if count == 0:
         raise CheckpointError("no samples to score; raise --samples")
-    return first.scores(label_free)
+    scores = first.scores(label_free)
+    if channels is not None and channels.activation is not None:
+        scores.hidden_activation = (channels.activation / count).float()
+    return scores
 
 
 class _Moments:
@@ -240,6 +303,17 @@ class _Moments:
         self.rows_heads: list[list[torch.Tensor]] = [[] for _ in heads]
         self.rows_ffn: list[list[torch.Tensor]] = [[] for _ in ffn]
         self.count = 0
+        #: the residual channels' gates: sums of |dL/dg| and (dL/dg)² (None: not scored)
+        self.abs_hidden: torch.Tensor | None = None
+        self.sq_hidden: torch.Tensor | None = None
+
+    def add_hidden(self, grads: torch.Tensor) -> None:
+        """One batch's (batch, channels) gradients of the channel gates."""
+        if self.abs_hidden is None or self.sq_hidden is None:
+            self.abs_hidden = torch.zeros(grads.shape[1], dtype=torch.float64)
+            self.sq_hidden = torch.zeros(grads.shape[1], dtype=torch.float64)
+        self.abs_hidden += grads.abs().sum(0).double()
+        self.sq_hidden += grads.double().pow(2).sum(0)
 
     def add(self, heads: list[torch.Tensor], ffn: list[torch.Tensor], layers: torch.Tensor) -> None:
         """One batch: ``heads[l]`` / ``ffn[l]`` are (batch, units) gradients, ``layers`` (batch, layers)."""
@@ -262,10 +336,12 @@ class _Moments:
 
         fisher = FisherScores(heads=mean(self.sq_heads), ffn=mean(self.sq_ffn), layers=(self.sq_layers / n).float(),
                               head_factors=[block_factor(torch.cat(rows)) for rows in self.rows_heads],
-                              ffn_factors=[block_factor(torch.cat(rows)) for rows in self.rows_ffn], samples=n)
+                              ffn_factors=[block_factor(torch.cat(rows)) for rows in self.rows_ffn], samples=n,
+                              hidden=(self.sq_hidden / n).float() if self.sq_hidden is not None else None)
         return ImportanceScores(heads=mean(self.abs_heads), ffn=mean(self.abs_ffn),
                                 metadata={"samples": n, "label_free": label_free, "criterion": LOSS_GRADIENT},
-                                layers=(self.abs_layers / n).float(), fisher=fisher)
+                                layers=(self.abs_layers / n).float(), fisher=fisher,
+                                hidden=(self.abs_hidden / n).float() if self.abs_hidden is not None else None)
 
 
 def block_factor(rows: torch.Tensor) -> torch.Tensor:

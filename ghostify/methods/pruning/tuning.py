@@ -21,13 +21,16 @@ first batch, a layer's inputs are instead captured from whole forward passes.
 
 A part of the examples is held out: a scale vector that does not lower the held-out reconstruction
 error (or is not finite, or beyond ±10 as Kwon et al. bound it) is not applied, and the layer keeps
-its untuned scales.
+its untuned scales. Layer by layer, the least squares do not see the task's head: where the whole tuned
+model is further from the teacher on the held-out examples by the task's own measure (its distillation
+loss), every scale is undone. (Measured on MiniLM: tuning took a 1.5x CoNLL-2003 tagger from 77.4 to
+83.6 F1, but took a uniformly pruned one from 85.4 to 83.3; the held-out distance said which.)
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,13 +105,36 @@ def check_tunable(adapter: ArchitectureAdapter, model: nn.Module) -> None:
                             "shared layers several times per forward pass; prune without --tune-masks")
 
 
+@dataclass
+class Tuning:
+    """What :func:`tune_masks` did: each layer's attention and FFN (:class:`SublayerReport`), and the distance of
+    the whole model's outputs to the teacher's on the held-out examples before and after (when a distance was
+    given), by which the tuned scales were kept or undone."""
+
+    sublayers: list[SublayerReport]
+    distance_before: float | None = None
+    distance_after: float | None = None
+    kept: bool = True
+
+    def row(self) -> dict[str, Any]:
+        def number(v: float | None) -> float | None:
+            return None if v is None else float(f"{v:.6g}")
+
+        return {"kept": self.kept, "distance_before": number(self.distance_before),
+                "distance_after": number(self.distance_after), "layers": [r.row() for r in self.sublayers]}
+
+
 def tune_masks(student: nn.Module, teacher: nn.Module, batches: Sequence[dict[str, torch.Tensor]], *,
-               held_out: int, damping: float = DAMPING) -> list[SublayerReport]:
+               held_out: int, damping: float = DAMPING,
+               distance: Callable[[Any, Any, Mapping[str, Any]], float] | None = None) -> Tuning:
     """Scale ``student``'s kept heads and neurons (in place, folded into its output projections) so that each
     of its layers reproduces ``teacher``'s residual sums (``teacher``: the same model before pruning).
 
     ``batches``: model inputs with ``attention_mask`` (labels are not read); the last ``held_out`` of them only
-    judge the solution. Returns what happened to every layer's attention and FFN.
+    judge the solution: each layer's scales by its reconstruction error there, and with ``distance(output,
+    teacher_output, batch)`` (the task's measure of how far a model's outputs are from the teacher's) all of
+    them together: where the tuned model is further from the teacher on the held-out batches than the untuned
+    one, every scale is undone (the layer-wise least squares do not see the task's head).
     """
     adapter = get_adapter(student.config)
     check_tunable(adapter, student)
@@ -122,6 +148,10 @@ def tune_masks(student: nn.Module, teacher: nn.Module, batches: Sequence[dict[st
     fit = [i < len(batches) - held_out for i in range(len(batches))]
     masks = [b["attention_mask"].bool() for b in batches]
     reports: list[SublayerReport] = []
+    tuned = _tuned_weights(adapter, s_layers)
+    untuned = [w.detach().clone() for w in tuned]
+    judged = batches[len(batches) - held_out:]
+    before = _distance(student, teacher, judged, distance) if distance is not None else None
     with torch.no_grad():
         calls, first_inputs = _layer_calls(teacher, t_layers, batches)
         chained = _outputs_chain(t_layers, calls[0], first_inputs)
@@ -138,7 +168,36 @@ def tune_masks(student: nn.Module, teacher: nn.Module, batches: Sequence[dict[st
             if chained:
                 t_in = [t.output for t in targets]
                 s_in = [calls[i][l].run(s_layer, s_in[i]) for i in range(len(batches))]
-    return reports
+    result = Tuning(sublayers=reports, distance_before=before)
+    if distance is not None:
+        result.distance_after = _distance(student, teacher, judged, distance)
+        if result.distance_after > before:  # a tie (outputs equal to float precision) keeps the layer-wise checks' word
+            with torch.no_grad():
+                for weight, original in zip(tuned, untuned):
+                    weight.copy_(original)
+            result.kept = False
+    return result
+
+
+def _tuned_weights(adapter: ArchitectureAdapter, layers: list[nn.Module]) -> list[torch.Tensor]:
+    """The weights tuning scales: every layer's attention output and FFN down projections."""
+    out = []
+    for layer in layers:
+        paths = adapter.paths_for_layer(layer)
+        out += [adapter.submodule(layer, paths.attention_output).weight, adapter.submodule(layer, paths.ffn_down).weight]
+    return out
+
+
+def _distance(student: nn.Module, teacher: nn.Module, batches: Sequence[dict[str, torch.Tensor]],
+              distance: Callable[[Any, Any, Mapping[str, Any]], float]) -> float:
+    """The mean of ``distance`` over the examples of ``batches``."""
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for batch in batches:
+            size = int(batch["input_ids"].shape[0])
+            total += distance(student(**batch), teacher(**batch), batch) * size
+            count += size
+    return total / max(1, count)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -361,4 +420,4 @@ def _solve(problems: tuple[LeastSquares, LeastSquares], layer: int, part: str,
     return scales, report
 
 
-__all__ = ["DAMPING", "LayerCall", "LeastSquares", "SublayerReport", "check_tunable", "tune_masks"]
+__all__ = ["DAMPING", "LayerCall", "LeastSquares", "SublayerReport", "Tuning", "check_tunable", "tune_masks"]
