@@ -23,8 +23,9 @@ from .settings import BenchDefaults
 
 #: the runtimes a deployment can target: ONNX Runtime with int8 weights, ONNX Runtime fp32, eager PyTorch
 RUNTIMES = ("onnx-int8", "onnx", "pytorch")
-#: the JSON layout of a latency model; a newer one is refused
-LATENCY_FORMAT = 1
+#: the JSON layout of a latency model; a newer one is refused. Format 2 adds what each cost saves per residual
+#: channel removed (``per_channel``); a format-1 file predicts the full hidden size only
+LATENCY_FORMAT = 2
 #: the file a latency model is saved as, in the directory ``ghostify latency -o`` writes
 LATENCY_FILE = "latency.json"
 
@@ -84,13 +85,32 @@ def _row_problem(row: Any, *, named: bool) -> str | None:
         return f"heads = {widths[0]!r} and neurons = {widths[1]!r} are not one count per layer each"
     if named and not isinstance(row.get("name"), str):
         return f"name = {row.get('name')!r}, not a string"
+    hidden = row.get("hidden")
+    if hidden is not None and (isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1):
+        return f"hidden = {hidden!r}, neither null nor a channel count"
     return None
+
+
+@dataclass(frozen=True)
+class ChannelCosts:
+    """What one residual channel fewer saves of each cost, in milliseconds: the constant, a layer's, a head's
+    and a neuron's (a projection reading or writing the residual stream shrinks with it; the attention
+    scores of a head do not)."""
+
+    base: float
+    layer: float
+    head: float
+    neuron: float
+
+    def values(self) -> tuple[float, float, float, float]:
+        return (self.base, self.layer, self.head, self.neuron)
 
 
 @dataclass(frozen=True)
 class LatencyModel:
     """Milliseconds per forward pass: ``base_ms`` + over the kept layers
-    (``layer_ms`` + ``head_ms`` x heads + ``neuron_ms`` x neurons)."""
+    (``layer_ms`` + ``head_ms`` x heads + ``neuron_ms`` x neurons), at the full hidden size; with
+    ``per_channel``, each cost at ``w`` residual channels is the full one less ``per_channel`` x (hidden - w)."""
 
     geometry: Geometry
     deployment: Deployment
@@ -101,35 +121,57 @@ class LatencyModel:
     neuron_ms: float
     #: how well the fit predicts whole models it was not fitted on: rows of name, measured_ms, predicted_ms
     validation: list[dict[str, Any]] = field(default_factory=list)
-    #: the probes it was fitted on: rows of layers, heads, neurons, measured_ms
+    #: the probes it was fitted on: rows of layers, heads, neurons, measured_ms (and hidden: the channels kept)
     probes: list[dict[str, Any]] = field(default_factory=list)
     format: int = LATENCY_FORMAT
+    #: what a residual channel fewer saves of each cost (None: measured at the full hidden size only)
+    per_channel: ChannelCosts | None = None
 
-    def predict(self, heads: Sequence[int], neurons: Sequence[int]) -> float:
+    @property
+    def predicts_hidden(self) -> bool:
+        """Whether it predicts a narrower hidden size (it was measured at several)."""
+        return self.per_channel is not None
+
+    def costs(self, hidden: int | None = None) -> tuple[float, float, float, float]:
+        """``base_ms, layer_ms, head_ms, neuron_ms`` at ``hidden`` residual channels (None: the full hidden size)."""
+        full = (self.base_ms, self.layer_ms, self.head_ms, self.neuron_ms)
+        removed = 0 if hidden is None else self.geometry.hidden_size - hidden
+        if removed == 0:
+            return full
+        if self.per_channel is None:
+            raise GhostifyError(f"this latency model ({self.deployment.describe()}) was measured at the full hidden size "
+                                f"({self.geometry.hidden_size}) only and cannot predict {hidden} channels; measure it "
+                                "again with `ghostify latency MODEL --refresh`")
+        return tuple(max(0.0, c - s * removed) for c, s in zip(full, self.per_channel.values()))  # type: ignore[return-value]
+
+    def predict(self, heads: Sequence[int], neurons: Sequence[int], hidden: int | None = None) -> float:
         """Predicted milliseconds of a model keeping ``heads[i]`` heads and ``neurons[i]`` FFN neurons in
-        its i-th kept layer (a dropped layer is simply not listed)."""
+        its i-th kept layer (a dropped layer is simply not listed) and ``hidden`` residual channels (None: all)."""
         if len(heads) != len(neurons):
             raise ValueError(f"{len(heads)} head counts for {len(neurons)} layers")
-        return self.base_ms + sum(self.layer_ms + self.head_ms * h + self.neuron_ms * n for h, n in zip(heads, neurons))
+        base, layer, head, neuron = self.costs(hidden)
+        return base + sum(layer + head * h + neuron * n for h, n in zip(heads, neurons))
 
-    def layer_run_ms(self, heads: int, neurons: int) -> float:
+    def layer_run_ms(self, heads: int, neurons: int, hidden: int | None = None) -> float:
         """What one run of a layer keeping ``heads`` heads and ``neurons`` FFN neurons costs."""
-        return self.layer_ms + self.head_ms * heads + self.neuron_ms * neurons
+        _, layer, head, neuron = self.costs(hidden)
+        return layer + head * heads + neuron * neurons
 
     def fastest_ms(self, heads: Sequence[int], neurons: Sequence[int], applications: Sequence[int] | None = None,
-                   droppable: Sequence[int] = ()) -> float:
+                   droppable: Sequence[int] = (), hidden: int | None = None) -> float:
         """The predicted milliseconds after every removal pruning may make from a model of ``heads[l]``
         heads and ``neurons[l]`` neurons in layer ``l`` (run ``applications[l]`` times): down to 1 head
         and 1 neuron per layer, where a unit saves anything, and the ``droppable`` layers whose removal
-        then saves anything, but one layer."""
+        then saves anything, but one layer; at ``hidden`` residual channels (None: all of them)."""
         applications = list(applications) if applications is not None else [1] * len(heads)
-        fewest_heads = [1 if self.head_ms > 0 else h for h in heads]
-        fewest_neurons = [1 if self.neuron_ms > 0 else n for n in neurons]
-        gone = {l for l in droppable if self.layer_run_ms(fewest_heads[l], fewest_neurons[l]) > 0}
+        _, _, head_ms, neuron_ms = self.costs(hidden)
+        fewest_heads = [1 if head_ms > 0 else h for h in heads]
+        fewest_neurons = [1 if neuron_ms > 0 else n for n in neurons]
+        gone = {l for l in droppable if self.layer_run_ms(fewest_heads[l], fewest_neurons[l], hidden) > 0}
         if len(gone) == len(heads):  # one layer stays (they cost the same: each runs once)
             gone.discard(max(gone))
         runs = [l for l in range(len(heads)) if l not in gone for _ in range(applications[l])]
-        return self.predict([fewest_heads[l] for l in runs], [fewest_neurons[l] for l in runs])
+        return self.predict([fewest_heads[l] for l in runs], [fewest_neurons[l] for l in runs], hidden)
 
     def dense_ms(self) -> float:
         """Predicted milliseconds of the unpruned model of this geometry."""
@@ -156,11 +198,16 @@ class LatencyModel:
             model = cls(geometry=Geometry(**data["geometry"]), deployment=Deployment(**data["deployment"]),
                         machine=str(data["machine"]), base_ms=float(data["base_ms"]), layer_ms=float(data["layer_ms"]),
                         head_ms=float(data["head_ms"]), neuron_ms=float(data["neuron_ms"]),
-                        validation=list(data.get("validation", [])), probes=list(data.get("probes", [])), format=version)
+                        validation=list(data.get("validation", [])), probes=list(data.get("probes", [])), format=version,
+                        per_channel=None if data.get("per_channel") is None else ChannelCosts(**data["per_channel"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise GhostifyError(f"{where} is incomplete or malformed ({type(exc).__name__}: {exc}); "
                                 "measure it again with `ghostify latency`") from None
         costs = (model.base_ms, model.layer_ms, model.head_ms, model.neuron_ms)
+        slopes = model.per_channel.values() if model.per_channel is not None else ()
+        if not all(isinstance(c, (int, float)) and math.isfinite(c) and c >= 0 for c in slopes):
+            raise GhostifyError(f"{where} has per-channel costs {slopes}: each must be a finite number of milliseconds, "
+                                "0 or more; measure it again with `ghostify latency`")
         if not all(math.isfinite(c) and c >= 0 for c in costs):
             raise GhostifyError(f"{where} has costs {costs}: each must be a finite number of milliseconds, 0 or more; "
                                 "measure it again with `ghostify latency`")

@@ -191,6 +191,7 @@ def _fake_stages(monkeypatch) -> list[float]:
 
     monkeypatch.setattr(compress_module, "_check_reachable", lambda *a: None)
     monkeypatch.setattr(compress_module, "_choose", lambda *a: None)
+    monkeypatch.setattr(compress_module, "_structure", lambda *a: (None, None))
     monkeypatch.setattr(compress_module, "_allocate_and_measure", allocate)
     monkeypatch.setattr(compress_module, "run_recipe", lambda *a, **k: None)
     monkeypatch.setattr(compress_module, "_measure", lambda *a, **k: {"measured": 1.98})

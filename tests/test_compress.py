@@ -98,6 +98,7 @@ def test_a_missed_speedup_is_reallocated_once_with_the_measured_correction(world
     ran = []
     monkeypatch.setattr(compress_module, "_check_reachable", lambda *a: None)
     monkeypatch.setattr(compress_module, "_choose", lambda *a: None)
+    monkeypatch.setattr(compress_module, "_structure", lambda *a: (None, None))
     monkeypatch.setattr(compress_module, "_allocate_and_measure", fake_measure)
     monkeypatch.setattr(compress_module, "run_recipe", lambda recipe, run_dir, on_stage=None: ran.append(recipe))
     monkeypatch.setattr(compress_module, "_measure", lambda *a, **k: {"measured": 2.02, "dense_ms": 2.0,
@@ -121,6 +122,7 @@ def test_a_speedup_within_tolerance_is_not_reallocated(world, tmp_path, monkeypa
     calls = []
     monkeypatch.setattr(compress_module, "_check_reachable", lambda *a: None)
     monkeypatch.setattr(compress_module, "_choose", lambda *a: None)
+    monkeypatch.setattr(compress_module, "_structure", lambda *a: (None, None))
     monkeypatch.setattr(compress_module, "_allocate_and_measure",
                         lambda recipe, *a: calls.append(1) or {"allocated_for": 2, "predicted": 2.0, "measured": 1.92})
     monkeypatch.setattr(compress_module, "run_recipe", lambda *a, **k: None)

@@ -169,7 +169,8 @@ def test_compress_plans_layers_by_their_scores(scored, tmp_path, monkeypatch, la
     _planned_stages(tmp_path, model, scores, latency_model(TINY, base=1, layer=100, head=0.01, neuron=0.001))
     monkeypatch.setattr(compress_module, "run_recipe", lambda *a, **k: None)  # the stages are there
     lines: list[str] = []
-    assert compress_module._layers_to_keep(_recipe(model), tmp_path / "run", 1.5, lines.append) == expected
+    assert compress_module._structure(_recipe(model), tmp_path / "run", 1.5, True, False, lines.append) == (expected,
+                                                                                                          None)
     assert bool(lines) == (expected is not None)
 
 

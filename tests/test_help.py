@@ -82,3 +82,9 @@ def test_help_piped_through_cat_finds_the_long_flags():
     assert lines and lines[0].split()[0] == "--ghost-learning-rate", lines
     assert len(shown.stdout.splitlines()) < 250  # the rich panels took about 390 lines
     assert "Usage: ghostify distill [OPTIONS]" in shown.stdout and "--gradient-accumulation-steps <int>" in shown.stdout
+
+
+def test_ghostify_alone_prints_its_help_not_an_error():
+    shown = subprocess.run([sys.executable, "-m", "ghostify"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert shown.returncode == 2 and shown.stderr == "", shown.stderr  # Click's exit code for a missing command
+    assert shown.stdout.startswith("Usage: ghostify [OPTIONS] COMMAND [ARGS]...") and "attach-ghost" in shown.stdout

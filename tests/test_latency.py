@@ -14,7 +14,7 @@ import pytest
 
 from ghostify import steps
 from ghostify.errors import GhostifyError
-from ghostify.latency_model import LATENCY_FILE, Deployment, Geometry, LatencyModel
+from ghostify.latency_model import LATENCY_FILE, ChannelCosts, Deployment, Geometry, LatencyModel
 from ghostify.steps.latency import (cache_file, fit_costs, machine_key, original_geometry, probe_shapes,
                                     validation_shapes)
 from ghostify.testing import tiny_checkpoint
@@ -46,19 +46,46 @@ def _tree(root: Path) -> dict[str, str]:
 
 # ---- the fit --------------------------------------------------------------------------------------
 
-def _timed(rows, base, layer, head, neuron):
-    return [{**r, "measured_ms": base + layer * len(r["heads"]) + head * sum(r["heads"]) + neuron * sum(r["neurons"])}
-            for r in rows]
+def _timed(rows, base, layer, head, neuron, per_channel=(0.0, 0.0, 0.0, 0.0)):
+    """Each row's time by hand: every cost less what the residual channels it removed save of it."""
+    out = []
+    for r in rows:
+        removed = GEOMETRY.hidden_size - (r.get("hidden") or GEOMETRY.hidden_size)
+        b, l, h, n = (c - s * removed for c, s in zip((base, layer, head, neuron), per_channel))
+        out.append({**r, "measured_ms": b + l * len(r["heads"]) + h * sum(r["heads"]) + n * sum(r["neurons"])})
+    return out
 
 
 def test_the_fit_recovers_hand_made_costs_from_the_probes():
     rows = _timed([s.row() for s in probe_shapes(GEOMETRY)], 1.5, 0.25, 0.125, 0.001)
-    assert fit_costs(rows) == pytest.approx((1.5, 0.25, 0.125, 0.001), rel=1e-9, abs=1e-12)
+    costs, per_channel = fit_costs(rows, GEOMETRY.hidden_size)
+    assert costs == pytest.approx((1.5, 0.25, 0.125, 0.001), rel=1e-9, abs=1e-12)
+    assert per_channel == (0.0, 0.0, 0.0, 0.0)  # measured at the full hidden size only: nothing said of the rest
     # and then predicts the whole models it did not see
-    costs = LatencyModel(GEOMETRY, Deployment(), "here", *fit_costs(rows))
+    model = LatencyModel(GEOMETRY, Deployment(), "here", *costs)
     for shape in validation_shapes(GEOMETRY, per_layer=True):
         want = _timed([shape.row()], 1.5, 0.25, 0.125, 0.001)[0]["measured_ms"]
-        assert costs.predict(shape.heads, shape.neurons) == pytest.approx(want, rel=1e-9)
+        assert model.predict(shape.heads, shape.neurons) == pytest.approx(want, rel=1e-9)
+    with pytest.raises(GhostifyError, match="measured at the full hidden size .384. only and cannot predict 192"):
+        model.predict([12] * 6, [1536] * 6, hidden=192)
+
+
+def test_the_fit_recovers_what_a_residual_channel_saves_from_probes_at_narrower_widths():
+    slopes = (0.001, 0.0004, 0.0002, 0.000001)  # the head's attention scores do not shrink: 0.125 - 0.0002 x 384 > 0
+    narrower = [192, 96]
+    rows = _timed([s.row() for s in probe_shapes(GEOMETRY, narrower)], 1.5, 0.25, 0.125, 0.001, slopes)
+    costs, per_channel = fit_costs(rows, GEOMETRY.hidden_size)
+    assert costs == pytest.approx((1.5, 0.25, 0.125, 0.001), rel=1e-7)
+    assert per_channel == pytest.approx(slopes, rel=1e-6)
+    model = LatencyModel(GEOMETRY, Deployment(), "here", *costs, per_channel=ChannelCosts(*per_channel))
+    for shape in validation_shapes(GEOMETRY, per_layer=True, narrower=narrower):  # whole models at any width
+        want = _timed([shape.row()], 1.5, 0.25, 0.125, 0.001, slopes)[0]["measured_ms"]
+        assert model.predict(shape.heads, shape.neurons, shape.hidden) == pytest.approx(want, rel=1e-6)
+    # hand-computed: 6 layers of 6 heads and 768 neurons at 192 channels
+    b, l, h, n = (c - s * 192 for c, s in zip((1.5, 0.25, 0.125, 0.001), slopes))
+    assert model.predict([6] * 6, [768] * 6, hidden=192) == pytest.approx(b + 6 * (l + 6 * h + 768 * n))
+    again = LatencyModel.from_dict(json.loads(json.dumps(model.to_dict())))  # saved and read: the same model
+    assert again == model and again.predicts_hidden
 
 
 def test_the_fastest_prediction_hand_computed():
@@ -81,7 +108,7 @@ def test_the_probes_identify_every_cost_even_with_one_head():
         probes = probe_shapes(geometry)
         assert len({(s.heads, s.neurons) for s in probes}) == len(probes)  # none timed twice
         rows = _timed([s.row() for s in probes], 2.0, 0.5, 0.25, 0.01)
-        base, layer, head, neuron = fit_costs(rows)
+        (base, layer, head, neuron), _ = fit_costs(rows, geometry.hidden_size)
         if geometry.num_heads > 1:
             assert (base, layer, head, neuron) == pytest.approx((2.0, 0.5, 0.25, 0.01), rel=1e-9)
         else:  # every layer keeps its one head: only the sum of the two costs is determined, and predicted
@@ -92,7 +119,7 @@ def test_a_cost_the_noise_makes_negative_is_zero_and_the_rest_refitted():
     rows = _timed([s.row() for s in probe_shapes(GEOMETRY)], 1.0, 0.3, 0.0, 0.002)
     for i, row in enumerate(rows):  # heads cost nothing; the noise makes more heads look faster
         row["measured_ms"] -= 0.001 * sum(row["heads"]) * (1 + 0.1 * (i % 2))
-    costs = fit_costs(rows)
+    costs, _ = fit_costs(rows, GEOMETRY.hidden_size)
     assert min(costs) >= 0 and costs[2] == 0
     assert costs[1] > 0 and costs[3] > 0
 
@@ -199,7 +226,7 @@ def test_the_whole_models_of_a_model_with_dropped_layers_have_the_original_depth
 def test_albert_shares_its_layers_so_no_model_has_a_width_per_layer(tmp_path, counted):
     albert = tiny_checkpoint(tmp_path / "albert", "albert")
     result = steps.latency(albert, runtime="pytorch", rounds=1, warmup=0)
-    assert [row["name"] for row in result.validation] == ["dense", "half width"]
+    assert [row["name"] for row in result.validation] == ["dense", "half width", "hidden 16", "half width, hidden 16"]
     assert result.geometry.num_layers == 3
 
 
@@ -214,8 +241,11 @@ def test_pytorch_end_to_end_writes_a_loadable_latency_model(bert, tmp_path, caps
     assert sorted(p.name for p in (tmp_path / "lat").iterdir()) == [LATENCY_FILE]
     result = LatencyModel.load(tmp_path / "lat")
     assert result.dense_ms() > 0 and result.deployment == Deployment(runtime="pytorch")
-    assert [row["name"] for row in result.validation] == ["dense", "half width", "non-uniform"]
-    assert len(result.probes) == 8 and all(row["measured_ms"] > 0 for row in result.probes + result.validation)
+    # the tiny BERT's hidden size 32 is also measured at 16 and 8 channels (multiples of its 4 heads)
+    assert [row["name"] for row in result.validation] == ["dense", "half width", "non-uniform", "hidden 16",
+                                                          "half width, hidden 16"]
+    assert len(result.probes) == 16 and all(row["measured_ms"] > 0 for row in result.probes + result.validation)
+    assert result.predicts_hidden and {row["hidden"] for row in result.probes} == {None, 16, 8}
     assert result.max_error() is not None
     assert _tree(bert) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "lat"]
@@ -223,12 +253,14 @@ def test_pytorch_end_to_end_writes_a_loadable_latency_model(bert, tmp_path, caps
 
 def test_onnx_int8_end_to_end(bert, tmp_path, monkeypatch):
     """Fewer probes than a real run (each is an ONNX export): enough to identify the four costs."""
-    monkeypatch.setattr(module, "probe_shapes", lambda g: [s for s in probe_shapes(g) if s.name.startswith(
-        ("1 layer(s), 4 heads, 37", "1 layer(s), 1 heads, 37", "1 layer(s), 4 heads, 4 ", "2 layer(s), 4 heads, 37"))])
-    monkeypatch.setattr(module, "validation_shapes", lambda g, per_layer: validation_shapes(g, per_layer=per_layer)[:1])
+    monkeypatch.setattr(module, "probe_shapes", lambda g, narrower=(): [s for s in probe_shapes(g, narrower) if s.name in (
+        "1 layer(s), 4 heads, 37 neurons", "1 layer(s), 1 heads, 37 neurons", "1 layer(s), 4 heads, 4 neurons",
+        "2 layer(s), 4 heads, 37 neurons", "1 layer(s), 4 heads, 37 neurons, hidden 16")])
+    monkeypatch.setattr(module, "validation_shapes",
+                        lambda g, per_layer, narrower=(): validation_shapes(g, per_layer=per_layer)[:1])
     before = _tree(bert)
     result = steps.latency(bert, tmp_path / "lat", runtime="onnx-int8", rounds=3, warmup=1)
-    assert len(result.probes) == 4
+    assert len(result.probes) == 5  # a probe of a narrower hidden size exports and runs in int8 too
     loaded = LatencyModel.load(tmp_path / "lat" / LATENCY_FILE)
     assert loaded == result and loaded.dense_ms() > 0
     assert [row["name"] for row in loaded.validation] == ["dense"]

@@ -170,6 +170,9 @@ def _run(argv: list[str] | None, debug: bool) -> int:
     except Exception as exc:
         if debug:
             raise
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `ghostify` alone: its help, as Click shows it (exit 2)
+            print(exc.format_message())
+            return int(exc.exit_code)
         if _is_usage_error(exc):
             ctx = getattr(exc, "ctx", None)
             hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else " (see `ghostify --help`)"

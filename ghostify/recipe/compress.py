@@ -56,12 +56,15 @@ RESCORED = "rescored"
 
 def compress_recipe(model: str, *, speedup: float, deployment: Deployment, data: dict[str, Any], budget: Budget,
                     ghosts: bool, teacher: str | None, seed: int,
-                    keep_layers: Sequence[int] | None = None, allocation: dict[str, Any] | None = None) -> dict[str, Any]:
+                    keep_layers: Sequence[int] | None = None, hidden_width: str | None = None,
+                    allocation: dict[str, Any] | None = None) -> dict[str, Any]:
     """The recipe compress runs, as a mapping (``recipes/compress.yaml`` is the same with ``vars``).
 
     ``teacher`` None: ``model`` has no trained head for the task, so the first stage fine-tunes it.
     ``keep_layers``: the layers a drop-layers stage keeps before prune (:func:`_layers_to_keep`); the
-    model it leaves is scored again (stage ``rescored``) for prune. ``allocation``: the prune stage's settings
+    model it leaves is scored again (stage ``rescored``) for prune. ``hidden_width``: the residual stream a
+    prune-hidden stage keeps before prune (:func:`_structure`), prune then reading the scores of the model
+    before it. ``allocation``: the prune stage's settings
     (default: the search for ``speedup`` by the latency model; :func:`_choose` may pick another criterion or a
     uniform width). A budget without training (``none``) ends with the pruned, tuned model."""
     train = {"max_samples": budget.max_samples, "epochs": budget.epochs}
@@ -80,7 +83,11 @@ def compress_recipe(model: str, *, speedup: float, deployment: Deployment, data:
         # prune refuses scores of the model before its layers were dropped: the smaller model is scored again
         stages += [{"drop-layers": {"layers": ",".join(str(i) for i in keep_layers)}},
                    {"importance": {"output": RESCORED, "samples": budget.importance_samples}}]
+    if hidden_width is not None:
+        stages.append({"prune-hidden": {"hidden_width": hidden_width}})
     prune = dict(allocation) if allocation is not None else {"speedup": speedup, "latency": "${latency}"}
+    if hidden_width is not None:  # the head and neuron scores of the model before its channels went (their counts hold)
+        prune["importance"] = "${rescored}" if keep_layers is not None else "${importance}"
     if budget.tune_masks:
         prune["tune_masks"] = budget.tune_masks
     stages.append({"prune": prune})
@@ -137,29 +144,35 @@ def _check_data(data: DataSettings, task_settings: TaskSettings) -> None:
 
 
 def _check_reachable(model: str, deployment: Deployment, speedup: float, drop_layers: bool,
-                     say: Callable[[str], None]) -> None:
+                     say: Callable[[str], None], hidden: bool = False) -> None:
     """Refuse a speed-up that even one head and one FFN neuron per layer (in one layer, where layers may be
-    dropped) would not reach, before any stage runs. The latency model comes from this machine's cache, or is
-    measured into it now: the latency stage then reads it from there, and a refusal leaves nothing in OUT."""
+    dropped; at the narrowest hidden size measured, where channels may be cut) would not reach, before any stage
+    runs. The latency model comes from this machine's cache, or is measured into it now: the latency stage then
+    reads it from there, and a refusal leaves nothing in OUT."""
     from ..steps import latency as latency_of
 
     latency = latency_of(model, runtime=deployment.runtime, batch_size=deployment.batch_size,
                          seq_len=deployment.seq_len, threads=deployment.threads, progress=say)
     g = latency.geometry
     layers = range(g.num_layers)
+    measured = [row["hidden"] for row in latency.probes if row.get("hidden")]
+    narrowest = min(measured) if hidden and measured else None
     fastest = latency.fastest_ms([g.num_heads for _ in layers], [g.ffn_size for _ in layers],
-                                 droppable=layers if drop_layers else ())
+                                 droppable=layers if drop_layers else (), hidden=narrowest)
     best = latency.dense_ms() / fastest
+    axes = [flag for flag, on in (("whole layers (--drop-layers)", drop_layers),
+                                  ("residual channels (--prune-hidden)", hidden or not latency.predicts_hidden)) if not on]
+    more = f", or let {' or '.join(axes)} go" if axes else ""
     if math.floor(best * 10) / 10 <= 1:  # "ask for 1 or less" would advise what compress refuses
         raise GhostifyError(f"--speedup {speedup:g} is out of reach on {latency.deployment.describe()}: the latency model "
                             f"predicts no speed-up from pruning heads and FFN neurons (at most {best:.2f}x; per head "
                             f"{latency.head_ms:g} ms, per neuron {latency.neuron_ms:g} ms); measure it again "
                             "(`ghostify latency MODEL --refresh`), target another deployment (--runtime, --batch-size, "
-                            "--seq-len)" + ("" if drop_layers else ", or let whole layers go (--drop-layers)"))
+                            f"--seq-len){more}")
     if speedup > best:
         raise GhostifyError(f"--speedup {speedup:g} is out of reach on {latency.deployment.describe()}: even one head "
                             f"and one FFN neuron per layer predict {best:.2f}x; ask for {math.floor(best * 10) / 10:g} or "
-                            "less" + ("" if drop_layers else ", or try --drop-layers"))
+                            f"less{more}")
 
 
 def _check(speedup: float, deployment: Deployment, budget: str, tolerance: float) -> None:
@@ -184,6 +197,7 @@ def compress(
     teacher: str | os.PathLike | None = None,
     ghosts: bool = CompressDefaults.ghosts,
     drop_layers: bool = CompressDefaults.drop_layers,
+    prune_hidden: bool | None = None,
     budget: str = CompressDefaults.budget,
     epochs: int | None = None,
     importance_samples: int | None = None,
@@ -194,7 +208,8 @@ def compress(
 ) -> dict[str, Any]:
     """Compress ``model`` (with ``teacher``, or itself when it is fine-tuned for the task, as the teacher)
     to a predicted ``speedup`` in ``deployment``, check it measured, train it (unless the budget is ``none``),
-    and write the report. ``drop_layers``: the allocation may also remove whole layers (:func:`_layers_to_keep`).
+    and write the report. ``drop_layers``: the allocation may also remove whole layers, ``prune_hidden``: residual
+    channels (:func:`_structure`; None: where the model's interface keeps its shape and the budget trains).
     Re-running with the same ``output`` skips the stages already done.
 
     Example:
@@ -224,16 +239,18 @@ def compress(
         teacher = model
     check_disjoint([out], [(label, str(path)) for label, path in (("model", model), ("teacher", teacher),
                                                                    ("dataset", data.dataset)) if path is not None])
-    _check_reachable(model, deployment, speedup, drop_layers, say)  # before any stage runs or OUT is written
+    hidden_axis = _hidden_axis(prune_hidden, chosen, data, task_settings, say)
+    _check_reachable(model, deployment, speedup, drop_layers, say, hidden_axis)  # before any stage runs or OUT is written
     if fine_tunes_teacher:
         say(f"{model} has no trained head for task {data.task}: a teacher is fine-tuned first")
 
     keep_layers: list[int] | None = None  # the layers the allocation keeps, when it drops any
+    hidden_width: str | None = None  # the residual channels it keeps, when it cuts any
 
     def recipe_for(allocated: float, allocation: dict[str, Any] | None = None) -> Recipe:
         raw = compress_recipe(model, speedup=allocated, deployment=deployment, data=data_mapping(data, task_settings),
                               budget=chosen, ghosts=ghosts, teacher=None if teacher is None else str(teacher),
-                              seed=seed, keep_layers=keep_layers, allocation=allocation)
+                              seed=seed, keep_layers=keep_layers, hidden_width=hidden_width, allocation=allocation)
         return validate(RecipeSource(yaml.safe_dump(raw, sort_keys=False), "compress"), raw)
 
     run_dir = out / STAGES
@@ -243,7 +260,7 @@ def compress(
     # stages after prune (the training) are not redone after a re-allocation
     settings = {"model": model, "teacher": teacher, "speedup": speedup, "deployment": dataclasses.asdict(deployment),
                 "data": data_mapping(data, task_settings), "budget": dataclasses.asdict(chosen), "ghosts": ghosts,
-                "drop_layers": drop_layers, "tolerance": tolerance, "seed": seed}
+                "drop_layers": drop_layers, "prune_hidden": hidden_axis, "tolerance": tolerance, "seed": seed}
     # one run at a time on OUT: a second run would interleave with this one (each removing the other's
     # half-written stages); it is refused in one line instead
     with output_lock(out):
@@ -251,13 +268,15 @@ def compress(
         dense_exports = DenseExports()
         if saved is not None:
             keep_layers, attempts, choice = saved["keep_layers"], saved["attempts"], saved.get("choice")
+            hidden_width = saved.get("hidden_width")
             recipe = recipe_for(saved["allocated_for"], saved.get("prune"))
             say(f"the allocation of the earlier run ({saved['allocated_for']:.2f}x predicted, measured "
                 f"{attempts[-1]['measured']:.2f}x) is kept: {out / ALLOCATION}")
         else:
-            if drop_layers:
-                # the layers stay as planned for the target: a correction below re-allocates heads and neurons only
-                keep_layers = _layers_to_keep(recipe, run_dir, speedup, say)
+            if drop_layers or hidden_axis:
+                # the layers and the width stay as planned for the target: a correction below re-allocates heads and
+                # neurons only
+                keep_layers, hidden_width = _structure(recipe, run_dir, speedup, drop_layers, hidden_axis, say)
                 recipe = recipe_for(speedup)
             choice = _choose(recipe, run_dir, speedup, seed, say)
             allocation = _allocation(recipe, run_dir, choice, speedup)
@@ -281,7 +300,8 @@ def compress(
                     run_recipe(_prefix(recipe, "prune"), run_dir)  # the first allocation's model, if prune was replaced
             out.mkdir(parents=True, exist_ok=True)  # the stages made it; a caller's own runner may not have
             write_text_atomically(out / ALLOCATION, json.dumps({"settings": settings, "allocated_for": allocated,
-                                                                "keep_layers": keep_layers, "attempts": attempts,
+                                                                "keep_layers": keep_layers, "hidden_width": hidden_width,
+                                                                "attempts": attempts,
                                                                 "choice": choice, "prune": allocation},
                                                                indent=2, default=str))
         run_recipe(recipe, run_dir, on_stage=_on_stage(say))
@@ -312,6 +332,9 @@ def _allocation(recipe: Recipe, run_dir: Path, choice: dict[str, Any] | None, al
         raise _NoAllocation(f"no uniform width keeps a head in every layer within a predicted {allocated:.2f}x")
     if "latency" in settings:
         settings["latency"] = "${latency}"  # the run's own stage, as the recipe names it
+    importance = recipe.stages[[s.name for s in recipe.stages].index("prune")].settings.get("importance")
+    if importance is not None:  # the scores of the model before its channels went (compress_recipe)
+        settings["importance"] = importance
     return settings
 
 
@@ -336,7 +359,7 @@ def _choose(recipe: Recipe, run_dir: Path, speedup: float, seed: int,
     stages = {p.stage.name: p for p in plan(recipe, run_dir)}
     pruned = stages["prune"]
     teacher = stages["teacher"].directory if "teacher" in stages else Path(recipe.header.teacher)
-    settings = {k: v for k, v in pruned.arguments.items()
+    settings = {k: v for k, v in pruned.arguments.items()  # its own settings, the scores it reads among them
                 if k not in ("model", "speedup", "latency", "output", "criterion", "rearrange", "width", "tune_masks")}
     settings.setdefault("seed", seed)
     with tempfile.TemporaryDirectory(prefix=".candidates-", dir=run_dir) as tmp:
@@ -406,6 +429,14 @@ def _allocation_problem(saved: Any) -> str | None:
         if wrong is not None:
             value = attempt.get(wrong) if isinstance(attempt, dict) else attempt
             return f"attempts[{i}].{wrong} = {value!r}, not a positive number"
+    hidden = saved.get("hidden_width")
+    if hidden is not None:
+        try:
+            fraction = Fraction(str(hidden))
+        except (ValueError, ZeroDivisionError):
+            fraction = None
+        if fraction is None or not 0 < fraction < 1:
+            return f"hidden_width = {hidden!r}, neither null nor a width below 1"
     choice = saved.get("choice")
     if choice is not None and (not isinstance(choice, dict) or choice.get("chosen") not in CANDIDATE_NAMES
                                or not isinstance(choice.get("gaps"), dict)):
@@ -453,20 +484,50 @@ def _prefix(recipe: Recipe, last: str, *, before: bool = False) -> Recipe:
     return dataclasses.replace(recipe, stages=recipe.stages[: names.index(last) + (0 if before else 1)])
 
 
-def _layers_to_keep(recipe: Recipe, run_dir: Path, speedup: float, say: Callable[[str], None]) -> list[int] | None:
-    """Run the stages up to the latency model, then allocate ``speedup`` with whole layers as candidates
-    too (:func:`ghostify.steps.latency_plan.plan_layers`, by the importance stage's layer scores): the
-    layers to keep when the plan removes any, else None."""
-    from ..steps.latency_plan import plan_layers
+def _structure(recipe: Recipe, run_dir: Path, speedup: float, layers: bool, hidden: bool,
+               say: Callable[[str], None]) -> tuple[list[int] | None, str | None]:
+    """Run the stages up to the importance scores, then allocate ``speedup`` with whole ``layers`` and residual
+    channels (``hidden``) as candidates too (:func:`ghostify.steps.latency_plan.plan_structure`, by the
+    importance stage's layer and channel scores): the layers to keep when the plan removes any (else None), and
+    the hidden width to keep when it cuts channels (else None)."""
+    from ..steps.latency_plan import plan_structure
 
     run_recipe(_prefix(recipe, "importance"), run_dir, on_stage=_on_stage(say))
     stages = {p.stage.name: p.directory for p in plan(recipe, run_dir)}
-    planned = plan_layers(stages["importance"], stages["importance"], stages["latency"], speedup)
-    if planned is None or not planned.dropped:
-        return None
-    say(f"removing whole layers {','.join(map(str, planned.dropped))} costs less importance per ms saved than their "
-        f"heads and neurons: drop-layers keeps {','.join(map(str, planned.layers))}, prune allocates the rest")
-    return planned.layers
+    planned = plan_structure(stages["importance"], stages["importance"], stages["latency"], speedup, layers=layers,
+                             hidden=hidden)
+    if planned is None:
+        return None, None
+    keep = planned.layers if planned.dropped else None
+    if keep is not None:
+        say(f"removing whole layers {','.join(map(str, planned.dropped))} costs less importance per ms saved than their "
+            f"heads and neurons: drop-layers keeps {','.join(map(str, planned.layers))}, prune allocates the rest")
+    of = load_config(stages["importance"]).hidden_size if planned.hidden is not None else None
+    width = f"{planned.hidden}/{of}" if planned.hidden is not None and planned.hidden < of else None
+    if width is not None:
+        say(f"residual channels cost less importance per ms saved than the last heads and neurons: prune-hidden keeps "
+            f"{planned.hidden} of {of}, prune allocates heads and neurons at that width")
+    return keep, width
+
+
+def _hidden_axis(asked: bool | None, budget: Budget, data: DataSettings, task_settings: TaskSettings,
+                 say: Callable[[str], None]) -> bool:
+    """Whether the allocation may cut residual channels: as asked, else where the model's interface keeps its
+    shape (not for sentence embeddings: their output width is the hidden size) and the budget trains (a cut
+    stream's norms average over fewer channels: only training recovers it, so ``none`` never cuts it)."""
+    from ..steps.training_common import task_kind
+
+    if asked is not None:
+        if asked and not budget.trains:
+            raise GhostifyError("--prune-hidden cuts the residual stream, whose norms then need training to recover; "
+                                "--budget none trains nothing: drop --prune-hidden, or use --budget quick or standard")
+        return asked
+    if not budget.trains:
+        return False
+    if task_kind(data, task_settings).name == "embeddings":
+        say("the hidden size stays: a sentence embedding is as wide as it (--prune-hidden cuts it anyway)")
+        return False
+    return True
 
 
 def _allocate_and_measure(recipe: Recipe, run_dir: Path, deployment: Deployment, rounds: int,
@@ -721,17 +782,22 @@ def _plot(path: Path, report: dict[str, Any]) -> None:
     attempts = report["allocations"]
     labels = [f"check {i}\n(predicted {a['predicted']:.2f}x)" for i, a in enumerate(attempts, 1)] + ["shipped"]
     measured = [a["measured"] for a in attempts] + [report["measured_speedup"]]
-    shipped = report.get("measured_range") or [measured[-1]] * 2  # the quartiles' range
-    low = [a.get("measured_low", a["measured"]) for a in attempts] + [shipped[0]]
-    high = [a.get("measured_high", a["measured"]) for a in attempts] + [shipped[1]]
+    # the range of the wall-clock quartiles, where the speed-up is of wall-clock time (one thread: of CPU time)
+    ranges = [(a.get("measured_low"), a.get("measured_high")) if a.get("clock") == "wall" else (None, None)
+              for a in attempts]
+    ranges.append(tuple(report["measured_range"]) if report.get("clock") == "wall" and report.get("measured_range")
+                  else (None, None))
+    low = [m if lo is None else lo for m, (lo, _) in zip(measured, ranges)]
+    high = [m if hi is None else hi for m, (_, hi) in zip(measured, ranges)]
     spread = [[max(0.0, m - lo) for m, lo in zip(measured, low)], [max(0.0, hi - m) for m, hi in zip(measured, high)]]
     colors = ["tab:gray"] * len(attempts) + ["tab:green"]
-    bars = right.bar(labels, measured, color=colors, yerr=spread, capsize=3,
+    bars = right.bar(labels, measured, color=colors, yerr=spread if any(map(any, spread)) else None, capsize=3,
                      error_kw={"elinewidth": 1, "ecolor": "black"})
     right.bar_label(bars, labels=[f"{m:.2f}x" for m in measured], label_type="center", fontsize=8, color="white")
     target = right.axhline(report["target_speedup"], color="black", linestyle="--")
     right.set_ylim(0, max([*high, report["target_speedup"]]) * 1.15)
-    right.set_ylabel("measured speed-up (whiskers: quartiles)")
+    clock = {"wall": "\n(wall clock; whiskers: quartiles)", "cpu": "\n(CPU time, one thread)"}.get(report.get("clock"), "")
+    right.set_ylabel(f"measured speed-up{clock}")
     right.tick_params(axis="x", labelsize=8)
     right.legend([target, bars[0], bars[-1]],
                  [f"target {report['target_speedup']:g}x", "pruned model", "shipped model"],

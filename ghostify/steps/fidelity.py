@@ -52,14 +52,16 @@ CANDIDATES: dict[str, dict[str, Any]] = {
 def uniform_width_for(model: str | os.PathLike, latency: str | os.PathLike, speedup: float) -> str | None:
     """The widest uniform width (``prune --width``) whose predicted latency on ``model``'s layers is within dense /
     ``speedup``; None where not even one head per layer is."""
+    from ..architectures import get_adapter
     from ..checkpoint import load_config, read_record
     from ..latency_model import LatencyModel
-    from ..methods.pruning import uniform_width
+    from ..methods.pruning import current_width, uniform_width
 
     costs = LatencyModel.load(latency)
-    g = costs.geometry
-    layers = len(read_record(load_config(model)).heads)
-    width = uniform_width(costs, costs.predict([g.num_heads] * layers, [g.ffn_size] * layers) / speedup, layers)
+    config = load_config(model)
+    record = read_record(config)
+    width = uniform_width(costs, costs.dense_ms() / speedup, len(record.heads),
+                          hidden=current_width(config, get_adapter(config), record))
     return None if width is None else str(width)
 
 
@@ -83,7 +85,8 @@ def choose_allocation(source: Path, teacher: str | os.PathLike, latency: str | o
     from ..methods.pruning import ImportanceScores
     from .apply_method import apply_method
 
-    description = ImportanceScores.load(source).metadata.get("data")
+    scores = prune_settings.get("importance") or source  # a model whose channels were cut reads its input's scores
+    description = ImportanceScores.load(scores).metadata.get("data")
     if not isinstance(description, dict):
         return None
     settings: dict[str, dict[str, Any]] = {}

@@ -30,8 +30,8 @@ from ..checkpoint import _auto_class, load_config, read_record, save_checkpoint
 from ..errors import GhostifyError
 from ..export.onnx import INT8_NAME, ONNX_NAME
 from ..files import atomic_directory, check_output_dir, write_text_atomically
-from ..latency_model import LATENCY_FILE, Deployment, Geometry, LatencyModel
-from ..methods import layer_origin
+from ..latency_model import LATENCY_FILE, ChannelCosts, Deployment, Geometry, LatencyModel
+from ..methods import channel_origin, layer_origin
 from ..methods.pruning import dense_record, prune_model
 from ..record import RECORD_KEY, GhostifyRecord
 from ..settings import BenchDefaults, LatencyDefaults
@@ -45,14 +45,17 @@ CACHE_ENV = "GHOSTIFY_CACHE"
 
 @dataclass(frozen=True)
 class Shape:
-    """One model to time: its name and the heads and FFN neurons each of its layers keeps."""
+    """One model to time: its name, the heads and FFN neurons each of its layers keeps, and the residual
+    channels it keeps (None: all of them)."""
 
     name: str
     heads: tuple[int, ...]
     neurons: tuple[int, ...]
+    hidden: int | None = None
 
     def row(self) -> dict[str, Any]:
-        return {"name": self.name, "layers": len(self.heads), "heads": list(self.heads), "neurons": list(self.neurons)}
+        return {"name": self.name, "layers": len(self.heads), "heads": list(self.heads), "neurons": list(self.neurons),
+                "hidden": self.hidden}
 
 
 def latency(
@@ -95,6 +98,11 @@ def latency(
     machine = machine_key(runtime)
     path = cache_file(geometry, deployment, machine)
     result = None if refresh else cached(geometry, deployment, machine)
+    narrower = hidden_widths(config, geometry)
+    if result is not None and narrower and result.format < 2:  # an older ghostify's: the full hidden size only
+        say(f"measured before on this machine at the full hidden size only: measuring again at {len(narrower) + 1} "
+            "hidden sizes")
+        result = None
     if result is not None:
         say(f"measured before on this machine: {path} (--refresh measures again)")
     else:
@@ -115,45 +123,70 @@ def original_geometry(config: Any) -> Geometry:
     sizes in the config (the record lists what is kept), drop-layers says how many layers there were.
     Attention is counted in units (heads, or key/value groups), as pruning counts it."""
     adapter = get_adapter(config)  # one line for a family ghostify cannot prune
-    origin = layer_origin(read_record(config))
+    record = read_record(config)
+    origin = layer_origin(record)
     layers = origin[1] if origin is not None else adapter.num_layers(config)
-    return Geometry(family=adapter.family or config.model_type, hidden_size=adapter.hidden_size(config),
+    channels = channel_origin(record)
+    hidden = channels[1] if channels is not None else adapter.hidden_size(config)
+    return Geometry(family=adapter.family or config.model_type, hidden_size=hidden,
                     num_heads=adapter.num_units(config), ffn_size=adapter.ffn_size(config), num_layers=layers)
+
+
+def hidden_widths(config: Any, geometry: Geometry) -> list[int]:
+    """The narrower hidden sizes the latency model is also measured at (a half and a quarter, each a multiple of
+    the head count, as ``prune-hidden`` keeps); none where the family's hidden size cannot be cut."""
+    from ..methods.hidden import refusal
+
+    if refusal(config, None) is not None:
+        return []
+    heads = get_adapter(config).num_heads(config)
+    widths = {max(heads, heads * round(geometry.hidden_size / part / heads)) for part in (2, 4)}
+    return sorted((w for w in widths if w < geometry.hidden_size), reverse=True)
 
 
 def probe_config(config: Any) -> Any:
     """The config of the original architecture, without ghostify's record (what any method changed)."""
+    if channel_origin(read_record(config)) is not None:
+        raise GhostifyError("this model's hidden size was pruned (prune-hidden): measure the latency model on the model "
+                            "it was pruned from (its history names it); the latency model describes that one")
     config = copy.deepcopy(config)
     if hasattr(config, RECORD_KEY):
         delattr(config, RECORD_KEY)
     return config
 
 
-def probe_shapes(geometry: Geometry) -> list[Shape]:
+def probe_shapes(geometry: Geometry, narrower: Sequence[int] = ()) -> list[Shape]:
     """The probes the costs are fitted on: one and two layers; all, half and one head; all, half and an
     eighth of the neurons, so that the constant, the per-layer, per-head and per-neuron costs are each
-    identifiable."""
+    identifiable; and at each ``narrower`` hidden size a few of them again, so that what a residual channel
+    saves of each cost is too."""
     units, ffn = geometry.num_heads, geometry.ffn_size
     half, n2, n8 = max(1, units // 2), max(1, ffn // 2), max(1, ffn // 8)
-    grid = [(1, units, ffn), (1, half, ffn), (1, 1, ffn), (1, units, n2), (1, units, n8),
-            (2, units, ffn), (2, 1, n8), (2, half, n2)]
-    shapes: dict[tuple[int, int, int], Shape] = {}
-    for layers, heads, neurons in grid:  # a one-head model repeats some: each is timed once
-        name = f"{layers} layer(s), {heads} heads, {neurons} neurons"
-        shapes.setdefault((layers, heads, neurons), Shape(name, (heads,) * layers, (neurons,) * layers))
+    grid = [(1, units, ffn, None), (1, half, ffn, None), (1, 1, ffn, None), (1, units, n2, None), (1, units, n8, None),
+            (2, units, ffn, None), (2, 1, n8, None), (2, half, n2, None)]
+    for hidden in narrower:  # four shapes whose (layers, heads, neurons) are independent: each saving identified
+        grid += [(1, units, ffn, hidden), (1, 1, n8, hidden), (2, half, n2, hidden), (1, units, n8, hidden)]
+    shapes: dict[tuple[int, int, int, int | None], Shape] = {}
+    for layers, heads, neurons, hidden in grid:  # a one-head model repeats some: each is timed once
+        name = f"{layers} layer(s), {heads} heads, {neurons} neurons" + (f", hidden {hidden}" if hidden else "")
+        shapes.setdefault((layers, heads, neurons, hidden), Shape(name, (heads,) * layers, (neurons,) * layers, hidden))
     return list(shapes.values())
 
 
-def validation_shapes(geometry: Geometry, *, per_layer: bool) -> list[Shape]:
-    """Whole models of full depth the fit does not see: dense, half width, and (where the layers are
-    distinct, ``per_layer``) a different width in every layer."""
+def validation_shapes(geometry: Geometry, *, per_layer: bool, narrower: Sequence[int] = ()) -> list[Shape]:
+    """Whole models of full depth the fit does not see: dense, half width, (where the layers are
+    distinct, ``per_layer``) a different width in every layer, and (with ``narrower`` hidden sizes) the
+    dense model and the half-width one at the widest of them."""
     layers, units, ffn = geometry.num_layers, geometry.num_heads, geometry.ffn_size
-    shapes = [Shape("dense", (units,) * layers, (ffn,) * layers),
-              Shape("half width", (max(1, units // 2),) * layers, (max(1, ffn // 2),) * layers)]
+    half_heads, half_ffn = (max(1, units // 2),) * layers, (max(1, ffn // 2),) * layers
+    shapes = [Shape("dense", (units,) * layers, (ffn,) * layers), Shape("half width", half_heads, half_ffn)]
     if per_layer and layers > 1:
         heads = tuple(max(1, units - i * (units - 1) // (layers - 1)) for i in range(layers))
         neurons = tuple(max(1, ffn * (i + 1) // layers) for i in range(layers))
         shapes.append(Shape("non-uniform", heads, neurons))
+    if narrower:
+        shapes += [Shape(f"hidden {narrower[0]}", (units,) * layers, (ffn,) * layers, narrower[0]),
+                   Shape(f"half width, hidden {narrower[0]}", half_heads, half_ffn, narrower[0])]
     return shapes
 
 
@@ -186,14 +219,19 @@ def build(config: Any, shape: Shape, seed: int) -> tuple[torch.nn.Module, Ghosti
     heads, neurons = shape.heads[:len(distinct)], shape.neurons[:len(distinct)]
     record = prune_model(net, adapter, dense_record(net, adapter), [list(range(h)) for h in heads],
                          [list(range(n)) for n in neurons])
+    if shape.hidden is not None:  # with the hidden-size method's own function, as prune-hidden cuts
+        from ..methods.hidden import cut_hidden
+
+        record = cut_hidden(net, record, list(range(shape.hidden)))
     return net, record
 
 
 def measure(config: Any, geometry: Geometry, deployment: Deployment, machine: str, *, rounds: int, warmup: int,
             seed: int, say: Callable[[str], None]) -> LatencyModel:
     """Time the probes and the validation models (taking turns), fit the costs, and check them."""
-    probes = probe_shapes(geometry)
-    checks = validation_shapes(geometry, per_layer=_distinct_layers(config) > 1)
+    narrower = hidden_widths(config, geometry)
+    probes = probe_shapes(geometry, narrower)
+    checks = validation_shapes(geometry, per_layer=_distinct_layers(config) > 1, narrower=narrower)
     shapes = [*probes, *checks]
     previous = torch.get_num_threads()
     torch.set_num_threads(deployment.threads)
@@ -212,11 +250,12 @@ def measure(config: Any, geometry: Geometry, deployment: Deployment, machine: st
     clock = cpu if deployment.threads == 1 else wall
     rows = [{**shape.row(), "measured_ms": statistics.median(m), "wall_ms": statistics.median(w),
              "cpu_ms": statistics.median(c)} for shape, m, w, c in zip(shapes, clock, wall, cpu)]
-    base, layer, head, neuron = fit_costs(rows[:len(probes)])
+    (base, layer, head, neuron), per_channel = fit_costs(rows[:len(probes)], geometry.hidden_size)
     result = LatencyModel(geometry=geometry, deployment=deployment, machine=machine, base_ms=base, layer_ms=layer,
-                          head_ms=head, neuron_ms=neuron)
+                          head_ms=head, neuron_ms=neuron,
+                          per_channel=ChannelCosts(*per_channel) if narrower else None)
     for row in rows:
-        row["predicted_ms"] = result.predict(row["heads"], row["neurons"])
+        row["predicted_ms"] = result.predict(row["heads"], row["neurons"], row["hidden"])
     result.probes.extend(rows[:len(probes)])
     result.validation.extend({k: v for k, v in row.items() if k != "layers"} for row in rows[len(probes):])
     return result
@@ -246,16 +285,22 @@ def _prepared(config: Any, shape: Shape, deployment: Deployment, seed: int, scra
 
 # ---- the fit -------------------------------------------------------------------------------------
 
-def features(heads: Sequence[int], neurons: Sequence[int]) -> list[float]:
-    """What a model's latency is linear in: a constant, its layers, its heads and its neurons (summed)."""
-    return [1.0, float(len(heads)), float(sum(heads)), float(sum(neurons))]
+def features(heads: Sequence[int], neurons: Sequence[int], removed: int = 0) -> list[float]:
+    """What a model's latency is linear in: a constant, its layers, its heads and its neurons (summed), and each
+    of them times the residual channels ``removed`` (negated: a channel fewer saves time)."""
+    counts = [1.0, float(len(heads)), float(sum(heads)), float(sum(neurons))]
+    return [*counts, *(-c * removed for c in counts)]
 
 
-def fit_costs(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float, float, float]:
-    """``base_ms, layer_ms, head_ms, neuron_ms`` that best predict the rows' ``measured_ms`` from their
-    per-layer ``heads`` and ``neurons`` (least squares), none negative: a cost the noise makes negative
-    is set to 0 and the others fitted again (an allocator must never gain time by keeping more)."""
-    x = torch.tensor([features(r["heads"], r["neurons"]) for r in rows], dtype=torch.float64)
+def fit_costs(rows: Sequence[Mapping[str, Any]],
+              hidden_size: int) -> tuple[tuple[float, float, float, float], tuple[float, float, float, float]]:
+    """``base_ms, layer_ms, head_ms, neuron_ms`` at the full hidden size, and what one residual channel fewer saves
+    of each, that best predict the rows' ``measured_ms`` from their per-layer ``heads`` and ``neurons`` and their
+    ``hidden`` channels (least squares), none negative: a cost the noise makes negative is set to 0 and the
+    others fitted again (an allocator must never gain time by keeping more). Without narrower rows the savings
+    are 0 (their columns are 0: the least-squares solution of least norm)."""
+    x = torch.tensor([features(r["heads"], r["neurons"], hidden_size - (r.get("hidden") or hidden_size))
+                      for r in rows], dtype=torch.float64)
     y = torch.tensor([[float(r["measured_ms"])] for r in rows], dtype=torch.float64)
     active = list(range(x.shape[1]))
     while True:
@@ -267,7 +312,7 @@ def fit_costs(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float, float, f
     costs = [0.0] * x.shape[1]
     for column, value in zip(active, solution):
         costs[column] = max(0.0, value)
-    return costs[0], costs[1], costs[2], costs[3]
+    return (costs[0], costs[1], costs[2], costs[3]), (costs[4], costs[5], costs[6], costs[7])
 
 
 # ---- the cache -----------------------------------------------------------------------------------
@@ -348,5 +393,5 @@ def _store(path: Path, result: LatencyModel) -> bool:
     return True
 
 
-__all__ = ["CACHE_ENV", "cache_dir", "cache_file", "cached", "features", "fit_costs", "latency", "machine_key",
-           "original_geometry", "probe_shapes", "validation_shapes"]
+__all__ = ["CACHE_ENV", "cache_dir", "cache_file", "cached", "features", "fit_costs", "hidden_widths", "latency",
+           "machine_key", "original_geometry", "probe_shapes", "validation_shapes"]

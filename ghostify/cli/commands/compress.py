@@ -32,6 +32,7 @@ def compress(
     task_settings: TaskSettings,
     teacher: Annotated[Optional[str], typer.Option("--teacher", help="A fine-tuned teacher (default: MODEL when it has a head for the task; else one is fine-tuned from MODEL first).", show_default=False)] = None,
     ghosts: Annotated[bool, typer.Option("--ghosts/--no-ghosts", help="Attach ghost modules after pruning (off: they did not pay in benchmarks/studies).")] = CompressDefaults.ghosts,
+    prune_hidden: Annotated[Optional[bool], typer.Option("--prune-hidden/--no-prune-hidden", help="Let the allocation cut residual channels too (prune-hidden before prune). Default: on where the budget trains and the task's outputs keep their shape (not for sentence embeddings, whose width it is).", show_default=False)] = None,
     drop_layers: Annotated[bool, typer.Option("--drop-layers/--no-drop-layers", help="Let the allocation remove whole layers too, where a layer's score per ms saved is below its heads' and neurons' (drop-layers before prune).")] = CompressDefaults.drop_layers,
     budget: Annotated[str, typer.Option("--budget", help=" or ".join(f"{name} ({b.describe()})" for name, b in BUDGETS.items()) + "; --max-samples, --epochs and --importance-samples override it.")] = CompressDefaults.budget,
     epochs: Annotated[Optional[int], typer.Option("--epochs", min=1, help="Epochs of every training stage (default: the budget's).", show_default=False)] = None,
@@ -53,7 +54,7 @@ def compress(
     report = run_compress(model, output, speedup=speedup,
                           deployment=Deployment(runtime=runtime, batch_size=batch_size, seq_len=seq_len, threads=threads),
                           data=data, task_settings=task_settings, teacher=teacher, ghosts=ghosts, budget=budget,
-                          drop_layers=drop_layers, epochs=epochs, importance_samples=importance_samples, rounds=rounds,
+                          drop_layers=drop_layers, prune_hidden=prune_hidden, epochs=epochs, importance_samples=importance_samples, rounds=rounds,
                           seed=seed, say=lambda line: err.print(line, markup=False))
     if json_output:
         print_json(report)

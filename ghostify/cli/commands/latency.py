@@ -59,18 +59,23 @@ def latency(
 def print_latency(result) -> None:
     """The probes and validation models, measured against predicted, and the fitted costs."""
     table = Table(title=f"{result.geometry.describe()}; {result.deployment.describe()}: milliseconds per forward pass")
-    for column in ("model", "layers", "heads", "neurons", "measured", "predicted", "error"):
+    for column in ("model", "layers", "heads", "neurons", "hidden", "measured", "predicted", "error"):
         # a per-layer list of widths wraps rather than ending in "…"
         table.add_column(column, justify="left" if column == "model" else "right", no_wrap=column == "model",
                          overflow="fold" if column in ("heads", "neurons") else "ellipsis")
     for fitted, rows in ((True, result.probes), (False, result.validation)):
         for row in rows:  # the probes by their widths; the whole models the fit did not see by name
             error = (row["predicted_ms"] - row["measured_ms"]) / row["measured_ms"]
+            hidden = row.get("hidden") or result.geometry.hidden_size
             table.add_row("probe" if fitted else row["name"], str(len(row["heads"])), _widths(row["heads"]), _widths(row["neurons"]),
-                          f"{row['measured_ms']:.2f}", f"{row['predicted_ms']:.2f}", f"{error:+.1%}")
+                          str(hidden), f"{row['measured_ms']:.2f}", f"{row['predicted_ms']:.2f}", f"{error:+.1%}")
     out.print(table)
     out.print(f"fitted: {result.base_ms:.3f} ms + per layer {result.layer_ms:.3f} ms + per head {result.head_ms:.4f} ms "
               f"+ per neuron {result.neuron_ms:.6f} ms; dense {result.dense_ms():.2f} ms", markup=False)
+    if result.per_channel is not None:
+        c = result.per_channel
+        out.print(f"per residual channel removed: {c.base:.5f} ms + per layer {c.layer:.5f} ms + per head {c.head:.6f} ms "
+                  f"+ per neuron {c.neuron:.8f} ms less", markup=False)
     worst = result.max_error()
     if worst is not None:
         out.print(f"largest error on the whole models the fit did not see: {worst:.1%}", markup=False)

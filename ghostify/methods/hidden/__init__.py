@@ -63,7 +63,7 @@ METHOD = Method(
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "apply": ("by_scores", "magnitude_scores", "prune_hidden", "refusal", "scorable"),
+        "apply": ("by_scores", "cut_hidden", "magnitude_scores", "prune_hidden", "refusal", "scorable"),
         "gates": ("ChannelGates", "channel_gates"),
         "modules": ("PadChannels", "pad_output", "parts_of", "restore_attention", "slice_channels"),
         "restore": ("check_hidden_record",),
@@ -78,6 +78,7 @@ __all__ = [
     "METHOD",
     "PadChannels",
     "by_scores",
+    "cut_hidden",
     "channel_gates",
     "check_hidden_record",
     "describe",

@@ -151,6 +151,22 @@ def prune_hidden(model: nn.Module, kept: list[int]) -> ResidualParts:
     return parts
 
 
+def cut_hidden(model: nn.Module, record: GhostifyRecord, kept: list[int]) -> GhostifyRecord:
+    """Keep the residual channels ``kept`` of a model whose hidden size was never cut (``ghostify latency``'s
+    probe models), in place, and return ``record`` with the entry ``prune-hidden`` would write for it."""
+    from dataclasses import replace
+
+    adapter = get_adapter(model.config)
+    check_refusal(model.config, None)
+    of = adapter.hidden_size(model.config)
+    projection = projected(adapter, model.config, None)
+    prune_hidden(model, kept)
+    entry = Entry(format=HIDDEN_RECORD_FORMAT, data={"kept": list(kept), "of": of,
+                                                     "head_size": adapter.head_size(model.config),
+                                                     "keep_output_dim": False, "embedding_projection": projection})
+    return replace(record, methods={**record.methods, "hidden": entry.stored()}, history=list(record.history))
+
+
 # ----------------------------------------------------------------------------------------------
 # the method's lifecycle (ghostify.methods.base.Method)
 # ----------------------------------------------------------------------------------------------

@@ -48,8 +48,8 @@ __getattr__, __dir__ = lazy_exports(
         "apply": ("check_scores_match", "dense_record", "prune", "prune_model"),
         "gates": ("Gates", "gated"),
         "importance": ("SCORES_NAME", "FisherScores", "ImportanceScores", "compute_importance", "magnitude_importance"),
-        "latency_allocation": ("LatencyPlan", "model_geometry", "plan_for_latency", "select_for_latency",
-                               "uniform_width"),
+        "latency_allocation": ("LatencyPlan", "current_width", "model_geometry", "plan_for_latency",
+                               "select_for_latency", "uniform_width"),
         "restore": ("apply_structure",),
     },
 )
@@ -70,6 +70,7 @@ __all__ = [
     "apply_structure",
     "check_scores_match",
     "compute_importance",
+    "current_width",
     "dense_record",
     "describe",
     "gated",

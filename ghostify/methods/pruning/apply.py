@@ -19,7 +19,7 @@ from ...record import GhostifyRecord
 from ..base import Context, Entry, check_order
 from .allocation import Selection, check_keeps_a_head, select
 from .importance import SCORES_NAME, FisherScores, ImportanceScores, magnitude_importance
-from .latency_allocation import check_reachable, comparable_scores, model_geometry, select_for_latency
+from .latency_allocation import check_reachable, comparable_scores, current_width, model_geometry, select_for_latency
 from .modules import prune_layer
 from .rearrange import gram, objective, rearrange
 from .settings import FISHER, TUNE_BATCH_SIZE, WEIGHT_MAGNITUDE, PruneSettings
@@ -123,7 +123,8 @@ def check_latency(config: Any, adapter: ArchitectureAdapter, record: GhostifyRec
     heads = record.heads_per_layer if record is not None else [adapter.num_units(config)] * adapter.num_layers(config)
     neurons = list(record.ffn) if record is not None else [adapter.ffn_size(config)] * adapter.num_layers(config)
     if len(heads) == adapter.num_layers(config):  # shared layers: apply counts their runs on the model
-        check_reachable(latency, latency.dense_ms() / speedup, heads, neurons)
+        check_reachable(latency, latency.dense_ms() / speedup, heads, neurons,
+                        hidden=current_width(config, adapter, record))
     return latency
 
 
@@ -154,7 +155,8 @@ def apply(model: nn.Module, record: GhostifyRecord, settings: PruneSettings, con
         dense = latency.dense_ms()
         comparable_heads, comparable_ffn = comparable_scores(heads, ffn, criterion)
         selection, predicted = select_for_latency(comparable_heads, comparable_ffn, latency, dense / speedup,
-                                                  applications=adapter.layer_applications(model))
+                                                  applications=adapter.layer_applications(model),
+                                                  hidden=current_width(model.config, adapter, record))
         # what ``info`` and the model card say: "2x on onnx-int8, ...: predicted X ms of the dense Y ms"
         history |= {"deployment": latency.deployment.describe(), "dense_ms": round(dense, 4),
                     "target_ms": round(dense / speedup, 4), "predicted_ms": round(predicted, 4)}
