@@ -6,8 +6,9 @@ scores), in fresh processes taking turns.
     python benchmarks/importance_cost.py --baseline /tmp/ghostify-before --model ../shared/models/all-MiniLM-L6-v2 \\
         --dataset ../shared/data/glue --task sst2 --samples 2048 --repeats 3
 
-Each run is ``python -m ghostify importance MODEL -o TMP ...`` with ``PYTHONPATH`` set to the checkout, one torch
-thread (``OMP_NUM_THREADS=1``); peak resident memory from ``getrusage(RUSAGE_CHILDREN)`` of a wrapper process.
+Each run is ``ghostify importance MODEL -o TMP ...`` imported from the checkout (``PYTHONPATH``, ahead of an
+editable install's finder), one torch thread (``OMP_NUM_THREADS=1``); peak resident memory from
+``getrusage(RUSAGE_CHILDREN)`` of a wrapper process.
 """
 
 from __future__ import annotations
@@ -27,6 +28,15 @@ import common  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
+#: ``python -m ghostify`` from the checkout on ``PYTHONPATH``: an editable install's import finder (on
+#: ``sys.meta_path``, ahead of ``PYTHONPATH``) would otherwise import the installed checkout whatever the path says
+RUNNER = """
+import runpy, sys
+sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
+sys.argv[0] = "ghostify"
+runpy.run_module("ghostify", run_name="__main__", alter_sys=True)
+"""
+
 #: runs one command in a child and prints its wall time, CPU time and the child's peak RSS (KiB) as JSON
 WRAPPER = """
 import json, resource, subprocess, sys, time
@@ -39,7 +49,7 @@ print(json.dumps({"code": code, "wall": wall, "cpu": usage.ru_utime + usage.ru_s
 
 
 def run_once(checkout: Path, args: argparse.Namespace, out: Path) -> dict:
-    command = [sys.executable, "-c", WRAPPER, sys.executable, "-m", "ghostify", "importance", str(args.model), "-o",
+    command = [sys.executable, "-c", WRAPPER, sys.executable, "-c", RUNNER, "importance", str(args.model), "-o",
                str(out), "--dataset", str(args.dataset), "--task", args.task, "--samples", str(args.samples)]
     env = {**os.environ, "PYTHONPATH": str(checkout), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)

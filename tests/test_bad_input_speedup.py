@@ -282,7 +282,7 @@ def test_a_second_compress_on_one_output_is_refused_while_the_first_runs(world, 
     first = _paused(PAUSED_STAGES, args[:], tmp_path / "cache")
     try:
         assert first.stdout.readline().strip() == "RUNNING", first.stderr.read()
-        monkeypatch.setenv("GHOSTIFY_CACHE", str(tmp_path / "cache"))  # the first run's latency model: 1.5x in reach
+        _costs(monkeypatch, tmp_path, base_ms=1.0, layer_ms=0.1, head_ms=0.5, neuron_ms=0.01)  # as the first run's
         error = _check_one_error(capsys, world, out, args, f"{out} is in use by another ghostify run "
                                  f"(process {first.pid}); wait for it to finish, or choose another -o", kept=(out,))
         assert error.startswith("error: ")

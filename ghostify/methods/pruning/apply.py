@@ -158,7 +158,7 @@ def apply(model: nn.Module, record: GhostifyRecord, settings: PruneSettings, con
                                                   applications=adapter.layer_applications(model),
                                                   hidden=current_width(model.config, adapter, record))
         # what ``info`` and the model card say: "2x on onnx-int8, ...: predicted X ms of the dense Y ms"
-        history |= {"deployment": latency.deployment.describe(), "dense_ms": round(dense, 4),
+        history |= {"allocation": "latency", "deployment": latency.deployment.describe(), "dense_ms": round(dense, 4),
                     "target_ms": round(dense / speedup, 4), "predicted_ms": round(predicted, 4)}
     if settings.rearrange and scores.fisher is not None:
         selection, history["rearranged"] = rearranged(selection, scores.fisher)
