@@ -49,10 +49,12 @@ print(json.dumps({"code": code, "wall": wall, "cpu": usage.ru_utime + usage.ru_s
 
 
 def run_once(checkout: Path, args: argparse.Namespace, out: Path) -> dict:
-    command = [sys.executable, "-c", WRAPPER, sys.executable, "-c", RUNNER, "importance", str(args.model), "-o",
-               str(out), "--dataset", str(args.dataset), "--task", args.task, "--samples", str(args.samples)]
+    command = [sys.executable, "-c", WRAPPER, sys.executable, "-c", RUNNER, "importance", str(args.model.resolve()),
+               "-o", str(out), "--dataset", str(args.dataset.resolve()), "--task", args.task, "--samples", str(args.samples)]
     env = {**os.environ, "PYTHONPATH": str(checkout), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    # the working directory is the first entry of a `python -c` child's path: not the repository's, whose ghostify
+    # would shadow the checkout's
+    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False, cwd=out.parent)
     row = json.loads(result.stdout.strip().splitlines()[-1])
     if row["code"] != 0:
         raise SystemExit(f"{checkout}: importance failed:\n{result.stderr[-2000:]}")

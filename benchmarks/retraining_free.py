@@ -438,7 +438,7 @@ def report(args, rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
             table.append([name, f"{speedup:g}x", fmt(t), *cells])
     lines += ["## Without training", "",
               "Each cell: score (points against the teacher) @ measured int8 speed-up.", "",
-              common.markdown_table(header, table), ""]
+              common.markdown_table(header, table), "", *noise_lines(args, names, rows), ""]
     timing = []
     for name in names:
         imp = find(rows, task=name, arm="importance")
@@ -446,7 +446,9 @@ def report(args, rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
                          and r.get("phase") == "none" and r.get("prune_seconds") is not None] for arm in ARMS}
         timing.append([name, fmt(imp["seconds"] if imp else None, 0),
                        *[fmt(statistics.median(v), 1) if v else "-" for v in per_arm.values()]])
-    lines += ["Wall time (s): `importance` once per task, `prune` per arm (median over the targets).", "",
+    lines += ["Wall time (s): `importance` once per task, `prune` per arm (median over the targets), one thread, on a "
+              "machine shared with other jobs (load average 2-5 while these ran): compare the arms within a row, not "
+              "with another machine.", "",
               common.markdown_table(["task", "importance", *ARMS], timing), ""]
     quick = [r for r in rows if r.get("phase") == "quick"]
     if quick:
@@ -454,12 +456,15 @@ def report(args, rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
                   f"`distill` + `finetune --teacher` with `compress --budget quick`'s settings, from each start, at "
                   f"{args.quick_speedup:g}x; paired over seeds (the same seed trains every arm of a task): mean and "
                   "Student-t 95% interval of the difference in points.", ""]
-        qtable = []
+        qtable, partial = [], []
         for name in sorted({r["task"] for r in quick}):
             seeds = sorted({r["seed"] for r in quick if r["task"] == name})
             by = {arm: {r["seed"]: score(r, name) for r in quick if r["task"] == name and r["arm"] == arm}
                   for arm in QUICK_ARMS}
             complete = [s for s in seeds if all(s in by[a] for a in QUICK_ARMS)]
+            for seed in (s for s in seeds if s not in complete):  # what one seed has so far, unpaired
+                partial.append(f"- {name}, seed {seed}: " + ", ".join(
+                    f"{a} {by[a][seed]:.1f}" for a in QUICK_ARMS if seed in by[a]) + " (the other arms not run yet)")
             cells = [f"{statistics.fmean(by[a][s] for s in complete):.2f}" if complete else "-" for a in QUICK_ARMS]
             pairs = []
             for a, b in (("tuned", "first-order"), ("tuned", "uniform"), ("first-order", "uniform")):
@@ -470,8 +475,27 @@ def report(args, rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
                     pairs.append("-")
             qtable.append([name, len(complete), *cells, *pairs])
         lines += [common.markdown_table(["task", "seeds", *[f"{a} (mean)" for a in QUICK_ARMS], "tuned - first-order",
-                                         "tuned - uniform", "first-order - uniform"], qtable), ""]
+                                         "tuned - uniform", "first-order - uniform"], qtable), "", *partial,
+                  *([""] if partial else [])]
     return "\n".join(lines) + "\n"
+
+
+def noise_lines(args, names: list[str], rows: list[dict[str, Any]]) -> list[str]:
+    """How far apart two arms must be before the evaluation set tells them apart: for an accuracy, the 95%
+    half-width of a binomial proportion at the teacher's score on that many validation examples."""
+    out = []
+    for name in names:
+        if TASKS[name].metric != "accuracy":
+            continue
+        evaluated = args.work / name / "run" / "02-teacher-eval" / "eval.json"
+        if not evaluated.is_file():
+            continue
+        n = json.loads(evaluated.read_text())["samples"]
+        p = score(find(rows, task=name, arm="teacher"), name) / 100
+        out.append(f"{name}: {n} validation examples; a single accuracy there is known to about "
+                   f"±{196 * math.sqrt(p * (1 - p) / n):.1f} points (95%), so differences between arms smaller than "
+                   "that are inside the evaluation's noise (the arms are deterministic: no seed varies).")
+    return [" ".join(["Noise:", *out])] if out else []
 
 
 def main(argv=None) -> None:

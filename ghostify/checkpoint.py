@@ -508,15 +508,19 @@ def write_checkpoint(
     tokenizer_source: str | os.PathLike | None = None,
     extra_files: dict[str, Callable[[Path], None]] | None = None,
     weights_from: str | os.PathLike | None = None,
+    state: dict[str, torch.Tensor] | None = None,
 ) -> None:
-    """The files of a checkpoint, into an existing directory (callers provide the atomicity)."""
+    """The files of a checkpoint, into an existing directory (callers provide the atomicity).
+    ``state``: the model's tensors when the model does not hold them whole (gathered from the
+    shards of a sharded training run), named as its ``state_dict`` names them."""
     save_all(model, directory, record)  # every method's files beside the weights (the reference store)
     config = model.config
     setattr(config, RECORD_KEY, record.to_dict())
     config.architectures = [type(model).__name__]
     config.save_pretrained(directory)
     skip = set(getattr(model, "all_tied_weights_keys", {}) or {}) | set(alias_keys(model))  # each tensor once
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in skip}
+    tensors = model.state_dict() if state is None else state
+    state = {k: v.detach().contiguous().cpu() for k, v in tensors.items() if k not in skip}
     source = Path(weights_from) / WEIGHTS_NAME if weights_from is not None else None
     if source is None or not source.is_file() or not _holds_exactly(source, state):
         safetensors.torch.save_file(_unshare(state), str(directory / WEIGHTS_NAME), metadata={"format": "pt"})

@@ -7,4 +7,4 @@ set -euo pipefail
 ghostify_env
 cd "$REPO"
 python -c "import torch, transformers; print('torch', torch.__version__, '| transformers', transformers.__version__)"
-exec python -m pytest -q -n 2 "$@"
+exec python -m pytest -q -n 2 --durations=20 "$@"  # the slowest tests, to keep CI short

@@ -122,3 +122,51 @@ def test_a_missing_path_or_unknown_name_is_refused_before_torch_loads(args, said
     assert said.format(tmp=tmp_path) in lines[0], lines[0]
     assert got["heavy"] == [], f"{args[0]} imported {got['heavy']} before refusing"
     assert got["seconds"] < 2, f"took {got['seconds']:.1f}s"  # about 0.3 s (the CLI's start) on a quiet machine
+
+
+#: runs the console script's entry point and reports OMP_WAIT_POLICY as it was when torch was first imported
+_WAIT_POLICY_AT_TORCH_IMPORT = textwrap.dedent("""
+    import atexit, json, os, sys
+
+    seen = {}
+
+    class Spy:  # a finder that only looks: notes the variable the moment torch is imported
+        def find_spec(self, name, path=None, target=None):
+            if name == "torch" and "torch" not in seen:
+                seen["torch"] = os.environ.get("OMP_WAIT_POLICY")
+            return None
+
+    sys.meta_path.insert(0, Spy())
+    atexit.register(lambda: print(json.dumps(seen)))
+    sys.argv = ["ghostify", "info", sys.argv[1]]
+    from ghostify.cli import run
+
+    run()
+""")
+
+
+@pytest.mark.parametrize("env, expected", [({}, "PASSIVE"), ({"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE")])
+def test_the_command_line_lets_idle_threads_sleep_unless_told_otherwise(env, expected, tmp_path):
+    """Issue 39: spinning OpenMP workers tripled the CPU a run took on a shared machine. The command
+    sets OMP_WAIT_POLICY=PASSIVE before torch loads (libgomp reads it then); the user's own setting wins."""
+    import os
+
+    from ghostify.testing import tiny_checkpoint
+
+    model = tiny_checkpoint(tmp_path / "model")
+    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    result = subprocess.run([sys.executable, "-c", _WAIT_POLICY_AT_TORCH_IMPORT, str(model)], capture_output=True,
+                            text=True, cwd=REPO, timeout=300, env={**clean, "OMP_NUM_THREADS": "1", **env})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"torch": expected}
+
+
+def test_thread_defaults_keep_what_the_user_set():
+    from ghostify.threads import set_thread_defaults
+
+    for given, expected in [({}, {"OMP_WAIT_POLICY": "PASSIVE"}), ({"OMP_WAIT_POLICY": "active"}, {"OMP_WAIT_POLICY": "active"}),
+                            ({"GOMP_SPINCOUNT": "10000"}, {"GOMP_SPINCOUNT": "10000"}),
+                            ({"OMP_WAIT_POLICY": ""}, {"OMP_WAIT_POLICY": "PASSIVE"})]:
+        environ = dict(given)
+        set_thread_defaults(environ)
+        assert environ == expected, given

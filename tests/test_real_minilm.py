@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ghostify import load_model
-from ghostify.methods.pruning import ImportanceScores
+from ghostify.methods.pruning import ImportanceScores, rearrange
 from ghostify.steps.common import load_tokenizer
 
 from .conftest import run_cli
@@ -34,13 +34,24 @@ def test_importance_prune_reload(minilm, glue, tmp_path, capsys):
     assert [t.numel() for t in scores.heads] == [12] * 6 and [t.numel() for t in scores.ffn] == [1536] * 6
     assert all(t.sum() > 0 for t in scores.heads + scores.ffn)
 
-    code, _, err = run_cli(capsys, "prune", tmp_path / "scored", "-o", tmp_path / "pruned", "--width", "6/12")
+    code, _, err = run_cli(capsys, "prune", tmp_path / "scored", "-o", tmp_path / "first-order", "--width", "6/12",
+                           "--criterion", "loss-gradient", "--no-rearrange")
     assert code == 0, err
     assert "weight magnitude" not in err  # used the scores in the directory
-    pruned = load_model(tmp_path / "pruned")
-    assert [len(h) for h in json.loads((tmp_path / "pruned" / "config.json").read_text())["ghostify"]["heads"]] == [6] * 6
-    for kept, layer_scores in zip(pruned.config.ghostify["heads"], scores.heads):
+    first_order = json.loads((tmp_path / "first-order" / "config.json").read_text())["ghostify"]["heads"]
+    for kept, layer_scores in zip(first_order, scores.heads):
         assert kept == torch.argsort(layer_scores, descending=True, stable=True)[:6].tolist()  # top 6, by importance
+
+    # the default: the Fisher information, each layer's choice rearranged by its block (never worse than the top 6)
+    code, _, err = run_cli(capsys, "prune", tmp_path / "scored", "-o", tmp_path / "pruned", "--width", "6/12")
+    assert code == 0, err
+    pruned = load_model(tmp_path / "pruned")
+    assert [len(h) for h in pruned.config.ghostify["heads"]] == [6] * 6
+    for kept, diagonal, factor in zip(pruned.config.ghostify["heads"], scores.fisher.heads, scores.fisher.head_factors):
+        block = rearrange.gram(factor)
+        top = torch.argsort(diagonal, descending=True, stable=True)[:6].tolist()
+        removed = lambda keep: [u for u in range(12) if u not in keep]  # noqa: E731
+        assert rearrange.objective(block, removed(kept)) <= rearrange.objective(block, removed(top)) * (1 + 1e-9)
 
     tokenizer = load_tokenizer(tmp_path / "pruned")
     batch = tokenizer(["a gripping , funny film .", "dull"], padding=True, return_tensors="pt")

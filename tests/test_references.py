@@ -200,6 +200,7 @@ def test_delta_outside_the_open_interval_is_a_one_line_error(tmp_path, capsys):
         with pytest.raises(GhostifyError, match=r"--reference-delta .* must be in \(0, 1\)") as info:
             distill(tmp_path / "t", tmp_path / "s", tmp_path / "d", references=True, reference_delta=delta)
         assert "\n" not in str(info.value)
+    (tmp_path / "t").mkdir(), (tmp_path / "s").mkdir()  # the command line checks that the paths exist first
     code, _, err = run_cli(capsys, "distill", "--teacher", tmp_path / "t", "--student", tmp_path / "s", "-o",
                            tmp_path / "d", "--references", "--reference-delta", "2")
     assert code != 0 and "--reference-delta 2.0 must be in (0, 1)" in err

@@ -325,11 +325,10 @@ def test_a_tuned_checkpoint_saves_loads_and_exports_like_any_pruned_one(tmp_path
     save_checkpoint(net, tmp_path / "again", model_record(net), tokenizer_source=tmp_path / "tuned")
     with torch.no_grad():
         assert torch.equal(load_model(tmp_path / "again")(**batch).logits, net(**batch).logits)
+    # the scales are folded into ordinary weights: the remote-code export loads and agrees without ghostify
+    # (ONNX export of a pruned shape is tested in test_export)
     result = steps.export(tmp_path / "tuned", tmp_path / "hf")
     assert result["max_difference"] <= 1e-5
-    pytest.importorskip("onnxruntime")
-    result = steps.export(tmp_path / "tuned", tmp_path / "onnx", format="onnx")
-    assert result["max_difference"] <= 1e-4
 
 
 def test_two_fresh_tuned_prunes_write_the_same_bytes(tmp_path, scored):

@@ -17,6 +17,7 @@ import typer
 
 from ..console import is_main_process
 from ..errors import GhostifyError, Terminated
+from ..threads import set_thread_defaults
 from ..version import __version__
 from .help import HelpCommand, HelpGroup
 from .inputs import check_inputs
@@ -268,6 +269,7 @@ def _is_usage_error(exc: Exception) -> bool:
 
 def run() -> None:
     """The console script ``ghostify`` (and ``python -m ghostify``)."""
+    set_thread_defaults()  # before any command imports torch: OpenMP reads it then (threads.py)
     try:
         code = main()
     except KeyboardInterrupt:  # in the instants before main() installs its handlers, or after

@@ -8,6 +8,7 @@ and recipes get the same lines. Parameters are found by name: a setting has one 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -81,3 +82,15 @@ def check_paths(options: Mapping[str, Any], paths: Mapping[str, str]) -> None:
         if value is not None and not Path(str(value)).expanduser().exists():
             flag = "--" + name.replace("_", "-")
             raise GhostifyError(f"{flag} {value} does not exist; check the path ({flag}: {what})")
+
+
+def check_one_process(command: str) -> None:
+    """Refuse ``command`` under a multi-process launch (``accelerate launch``, torchrun), where every
+    process would run it whole and write the same output. ``ghostify run`` runs such a stage of a
+    recipe on the main process while the others wait."""
+    processes = int(os.environ.get("WORLD_SIZE", "1") or "1")
+    if processes > 1:
+        raise GhostifyError(f"{command} runs as one process ({processes} were launched): it holds one copy of the "
+                            "weights, without their gradients or optimizer state, so it needs no sharding; run "
+                            f"`ghostify {command} ...` without accelerate launch (a recipe under accelerate launch "
+                            "runs it on the main process)")

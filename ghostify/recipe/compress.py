@@ -734,10 +734,11 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {i} | {h} | {n} |")
     b = Budget(**report["budget_settings"])
     if not b.trains:
+        search = f"the allocation above ({_described(choice)})" if choice else "the latency search"
         budget_line = (f"Budget `{report['budget']}`: retraining-free (Kwon et al. 2022), no training stage: importance "
-                       f"(Fisher information) on {b.importance_samples:,} training examples, the latency search by it, "
-                       f"each layer's heads and neurons rearranged by its Fisher block, and their scales tuned by least "
-                       f"squares on {b.tune_masks:,} unlabelled training examples.")
+                       f"(first-order and Fisher) on {b.importance_samples:,} training examples, {search}, and the kept "
+                       f"heads' and neurons' scales tuned by least squares on {b.tune_masks:,} unlabelled training "
+                       "examples where that brings each block, and the whole model, closer to the teacher.")
     else:
         tuned = f"; the pruned model tuned on {b.tune_masks:,} examples before training" if b.tune_masks else ""
         budget_line = (f"Budget `{report['budget']}`: {b.describe()} of every training stage, importance on "

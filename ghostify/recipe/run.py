@@ -19,6 +19,7 @@ from typing import Any, Callable
 import yaml
 
 from ..checkpoint import _auto_class, load_config
+from ..console import is_main_process
 from ..errors import GhostifyError
 from ..files import atomic_directory, check_disjoint, output_lock, write_text_atomically
 from ..flatten import pack
@@ -27,6 +28,7 @@ from ..steps import attach_ghost, prune
 from ..steps.info import report_size
 from ..training.loop import partial_dir
 from ..training.progress import duration
+from ..training.sharding import start_processes
 from .overrides import apply_overrides
 from .plan import PlannedStage, plan
 from .report import REPORT_JSON, REPORT_MD, stage_summary, write_report
@@ -94,9 +96,17 @@ def run(
 
 def _run_stages(recipe: Recipe, run_dir: Path, stages: list[PlannedStage],
                 on_stage: Callable[[PlannedStage, str], None] | None) -> dict[str, Any]:
-    """The stages of :func:`run`, with its run directory locked."""
-    _remove_leftovers(run_dir, stages)
-    (run_dir / RECIPE_FILE).write_text(yaml.safe_dump(recipe.raw, sort_keys=False))
+    """The stages of :func:`run`, with its run directory locked. Under a multi-process launch
+    (``accelerate launch``) every process trains and evaluates; the other stages, and every write of
+    the run's own files, are the main process's while the others wait (:func:`_on_main_process`)."""
+    start_processes()
+    main = is_main_process()
+
+    def prepare() -> None:
+        _remove_leftovers(run_dir, stages)
+        (run_dir / RECIPE_FILE).write_text(yaml.safe_dump(recipe.raw, sort_keys=False))
+
+    _on_main_process(prepare)
     rows: list[dict[str, Any]] = []
     for planned in stages:
         saved = completed(planned)
@@ -109,7 +119,10 @@ def _run_stages(recipe: Recipe, run_dir: Path, stages: list[PlannedStage],
             on_stage(planned, "running")
         started = time.perf_counter()
         try:
-            _execute(planned)
+            if _every_process(planned):
+                _execute(planned)
+            else:
+                _on_main_process(lambda: _execute(planned))
         except StageError:
             raise
         except GhostifyError as exc:
@@ -117,16 +130,48 @@ def _run_stages(recipe: Recipe, run_dir: Path, stages: list[PlannedStage],
         wall = time.perf_counter() - started
         if on_stage:
             on_stage(planned, f"done in {duration(wall)}")
-        summary = stage_summary(planned, wall)
-        record = {"stamp": uuid.uuid4().hex, "fingerprint": _fingerprint(planned), "summary": summary}
-        write_text_atomically(planned.directory / STAGE_FILE, json.dumps(record, indent=2))
-        rows.append({**summary, "status": "ran"})
-        write_report(run_dir, recipe, rows)
+
+        def record_stage() -> None:  # once the main process has written the stage's outputs
+            summary = stage_summary(planned, wall)
+            record = {"stamp": uuid.uuid4().hex, "fingerprint": _fingerprint(planned), "summary": summary}
+            write_text_atomically(planned.directory / STAGE_FILE, json.dumps(record, indent=2))
+            rows.append({**summary, "status": "ran"})
+            write_report(run_dir, recipe, rows)
+
+        _on_main_process(record_stage)
     final = next((p for p in reversed(stages) if p.stage.command.produces == "model"), None)
-    if final is not None:
+    if final is not None and main:
         # the final checkpoint reproduces itself: `ghostify run OUT/recipe.yaml -o NEW_RUN`
         write_text_atomically(final.directory / RECIPE_FILE, yaml.safe_dump(recipe.raw, sort_keys=False))
-    return write_report(run_dir, recipe, rows)
+    return write_report(run_dir, recipe, rows) if main else {}
+
+
+def _every_process(planned: PlannedStage) -> bool:
+    """Training and evaluation run on every process of a launch (each its share of the data); the
+    other stages hold one copy of a model and write files: the main process runs them."""
+    command = planned.stage.command
+    return command.trains or command.produces == "metrics"
+
+
+def _on_main_process(work: Callable[[], None]) -> None:
+    """Run ``work`` on the main process only, the others waiting for it; its refusal (a
+    ``GhostifyError``) is raised in every process, so that none waits forever for the others."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        work()
+        return
+    failure: list[str | None] = [None]
+    if dist.get_rank() == 0:
+        try:
+            work()
+        except GhostifyError as exc:
+            failure[0] = str(exc)
+            dist.broadcast_object_list(failure, src=0)
+            raise
+    dist.broadcast_object_list(failure, src=0)
+    if failure[0] is not None:
+        raise GhostifyError(failure[0])
 
 
 def outputs_line(recipe: Recipe, run_dir: str | Path) -> str:
@@ -190,8 +235,9 @@ def _execute(planned: PlannedStage) -> None:
     kwargs = dict(planned.arguments)
     if command.produces == "metrics":
         result = command.function(**pack(command.function, kwargs))
-        with atomic_directory(planned.directory, overwrite=True) as tmp:
-            (tmp / "eval.json").write_text(json.dumps(result, indent=2))
+        if is_main_process():  # every process of a launch evaluated its share; one writes the result
+            with atomic_directory(planned.directory, overwrite=True) as tmp:
+                (tmp / "eval.json").write_text(json.dumps(result, indent=2))
         return
     if command.trains:
         kwargs["resume"] = True  # continue an interrupted stage from OUT.partial

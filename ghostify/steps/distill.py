@@ -21,6 +21,7 @@ from ..training.layer_map import build_layer_map, kept_layers
 from ..training.loop import TrainResult, partial_dir
 from ..training.loop import train as run_training
 from ..training.objectives import DistillObjective
+from ..training.sharding import launched_engine
 from ..training.reference_distill import ReferenceDistillObjective, check_reference_options, prepare_references
 from .common import check_max_length, check_same_tokenizer
 from .training_common import plain_arguments, set_trainable, student_saver, task_inputs, task_kind
@@ -66,6 +67,10 @@ def distill(
     for settings in (training, losses, student_settings, data, task_settings):
         settings.validate()
     check_reference_options(references, reference_delta, losses.sop_weight)
+    if references and launched_engine() is not None:
+        raise GhostifyError("--references (RefBERT) is not supported under an FSDP or DeepSpeed launch config: the "
+                            "reference store is refitted on the whole student when it is saved; distill with "
+                            "data parallelism (accelerate launch --multi_gpu) or without --references")
     inputs = (("--teacher", teacher), ("--student", student), ("--dataset", data.dataset))
     check_output_dir(output, overwrite=overwrite or resume, inputs=inputs)
     check_disjoint([partial_dir(Path(output))], inputs)  # where the run's state lives meanwhile

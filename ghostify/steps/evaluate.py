@@ -15,7 +15,7 @@ from ..export.runtime import OnnxModel, onnx_path
 from ..flatten import flat_settings
 from ..settings import DEFAULT_DATASET, EVAL_BATCH_SIZE, DataSettings, TaskSettings
 from ..tasks import dataset_for
-from ..training.loop import multi_process_on_cpu
+from ..training.sharding import end_run, launched_engine, make_accelerator
 from .common import check_max_length, check_positive, load_tokenizer
 from .training_common import task_kind
 
@@ -41,7 +41,6 @@ def evaluate(
     Example:
         >>> evaluate("out/tuned", data=DataSettings(task="sst2"))["metrics"]["accuracy"]  # doctest: +SKIP
     """
-    from accelerate import Accelerator
     from torch.utils.data import DataLoader
 
     check_positive(batch_size=batch_size)
@@ -61,16 +60,20 @@ def evaluate(
     net = load_onnx_model(graph, kind, preset) if graph is not None else \
         kind.load(model, role="model", need_trained_head=True)
     evaluation = kind.evaluation(rows, tokenizer)
-    accelerator = Accelerator(cpu=multi_process_on_cpu())
+    accelerator, partial_type = make_accelerator()  # under a launch: its process group (a recipe's stages share it)
     try:
         loader = DataLoader(evaluation.rows, batch_size=batch_size, collate_fn=evaluation.collate)
-        if graph is None:
+        if graph is None and launched_engine() is None:
             net, loader = accelerator.prepare(net, loader)
-        else:  # a graph has no parameters to place or wrap
+        else:
+            # a graph has no parameters to place or wrap; under FSDP or DeepSpeed (a recipe's eval
+            # stage) every process evaluates its share with a whole copy: no gradients, no optimizer
+            if graph is None:
+                net = net.to(accelerator.device)
             loader = accelerator.prepare(loader)
         metrics = evaluation.run(net, loader, accelerator)
     finally:
-        accelerator.end_training()
+        end_run(accelerator, partial_type)
     samples, windows = metrics.pop("samples", 0), metrics.pop("windows", None)
     result = {"task": preset.name, "dataset": str(dataset), "split": split, "metrics": metrics, "samples": samples}
     return result if windows is None else {**result, "windows": windows}  # --chunks: the rows the model ran on

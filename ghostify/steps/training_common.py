@@ -101,7 +101,8 @@ def student_saver(student: nn.Module, command: str, arguments: dict[str, Any], t
     training, plus one history step (however often the best checkpoint is saved)."""
     before = model_record(student)
 
-    def save(student: nn.Module, directory: Path, extra: dict[str, torch.Tensor]) -> None:
+    def save(student: nn.Module, directory: Path, extra: dict[str, torch.Tensor],
+             state: dict[str, torch.Tensor] | None = None) -> None:
         record = copy.deepcopy(before)
         # how many processes trained: a launch that fell back to one is visible in the history
         record.history.append({**history_entry(command, arguments), "processes": process_count()})
@@ -110,7 +111,7 @@ def student_saver(student: nn.Module, command: str, arguments: dict[str, Any], t
             from safetensors.torch import save_file
 
             files[PROJECTIONS_NAME] = lambda path: save_file(extra, str(path))
-        write_checkpoint(student, directory, record, tokenizer_source=tokenizer_source, extra_files=files)
+        write_checkpoint(student, directory, record, tokenizer_source=tokenizer_source, extra_files=files, state=state)
 
     return save
 

@@ -37,6 +37,7 @@ from ..settings import TRACKERS, TrainSettings
 from .baseline import ConstantBaseline
 from .metrics import compute_metrics
 from .progress import TrainingProgress
+from .sharding import Sharding, end_run, make_accelerator, split_state
 
 #: where the experiment trackers' logs go inside the output (``--report-to``)
 TRACKER_DIR = "runs"
@@ -82,7 +83,8 @@ class TrainResult:
     metrics: list[dict[str, Any]]
     wall_time: float
     learning_rates: dict[str, float] = field(default_factory=dict)  # peak rate per parameter group ("lr", "ghost_lr")
-    processes: int = 1  # that trained (data parallel)
+    processes: int = 1  # that trained
+    engine: str = "one process"  # how they trained: "data parallel", "FSDP2", "DeepSpeed ZeRO-3", ...
     constant_baseline: dict[str, Any] | None = None  # the best evaluation against a constant prediction
 
 
@@ -93,16 +95,31 @@ class Objective(nn.Module):
     out of the module tree by the subclass."""
 
     student: nn.Module
+    #: True once the loop placed the teacher itself (sharded by FSDP2 or a DeepSpeed ZeRO-3 engine):
+    #: it is then never moved to the device as a whole
+    teacher_placed: bool = False
+    #: True when a step may leave trained weights without a gradient (a loss that never reaches the task
+    #: head): data parallelism then looks for them after each backward instead of waiting for them
+    may_leave_weights_unused: bool = False
 
-    def extra_state_to_save(self) -> dict[str, torch.Tensor]:
-        """Trained tensors saved apart from the student (e.g. distillation projections)."""
+    @property
+    def teacher(self) -> nn.Module | None:
+        """The frozen model the objective reads, if any (held outside the module tree)."""
+        return self.__dict__.get("_teacher")
+
+    def run_teacher(self, device: torch.device, **inputs):
+        """The teacher's outputs on ``inputs``, in eval mode and without gradients."""
+        teacher = self.teacher
+        if not self.teacher_placed and next(teacher.parameters()).device != device:
+            teacher.to(device)
+        teacher.eval()
+        with torch.no_grad():
+            return teacher(**inputs)
+
+    def extra_state_to_save(self, state: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """Trained tensors saved apart from the student (e.g. distillation projections): the objective's
+        own, or taken from ``state``, its full state gathered from a sharded run."""
         return {}
-
-
-def multi_process_on_cpu() -> bool:
-    """Accelerate only sets up CPU data parallelism (gloo) when asked to use the CPU: do so when
-    several processes were launched on a machine without CUDA."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
 
 
 def process_count() -> int:
@@ -167,11 +184,13 @@ def train(
 ) -> TrainResult:
     """Train ``objective`` on ``train_rows`` and write the best (or last) student to ``output``.
 
-    ``save_student(student, directory, extra_tensors)`` writes a checkpoint directory;
+    ``save_student(student, directory, extra_tensors, state)`` writes a checkpoint directory (``state``:
+    the student's tensors gathered from a sharded run, None when the student holds them itself);
     ``identity`` describes the inputs (models, data) so that ``resume`` refuses a different run.
+    Under an FSDP2 or DeepSpeed launch config the student, its gradients and optimizer state, and the
+    teacher are sharded over the processes (:mod:`ghostify.training.sharding`).
     """
     # deferred: accelerate and transformers' schedules take seconds to import, paid only when training
-    from accelerate import Accelerator
     from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, set_seed
     from transformers import get_linear_schedule_with_warmup
 
@@ -179,18 +198,21 @@ def train(
     output = Path(output)
     work = partial_dir(output)
     trackers = list(settings.report_to or ())
-    accelerator = Accelerator(
-        cpu=multi_process_on_cpu(),
+    # on the launch's process group; FSDP or DeepSpeed as its config asks
+    accelerator, partial_type = make_accelerator(
         project_dir=str(work / TRACKER_DIR) if trackers else None,  # the trackers' logging_dir (_start_trackers)
         mixed_precision=settings.mixed_precision,
         gradient_accumulation_steps=settings.gradient_accumulation_steps,
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
         # encoders have no running statistics; their buffers (position ids, a reference store of
         # many MB) are the same on every process, so broadcasting them each step only costs time
-        kwargs_handlers=[DistributedDataParallelKwargs(broadcast_buffers=False)],
+        kwargs_handlers=[DistributedDataParallelKwargs(
+            broadcast_buffers=False, find_unused_parameters=objective.may_leave_weights_unused)],
     )
     main = accelerator.is_main_process
+    sharding: Sharding | None = None
     try:
+        sharding = Sharding(accelerator)
         world = accelerator.num_processes
         if main:
             _warn_if_launch_fell_back(world)
@@ -203,6 +225,8 @@ def train(
         micro = settings.batch_size // per_step
         fingerprint = _fingerprint(settings, identity or {})
         resuming = _resume_decision(work, output, fingerprint, resume=resume, overwrite=overwrite)
+        if resuming:
+            _check_same_engine(work, sharding.name, world)
         accelerator.wait_for_everyone()  # every process decided before the main one changes anything
         if main and not resuming:
             remove_tree(work)
@@ -225,11 +249,17 @@ def train(
         groups = parameter_groups(objective, params, settings)
         optimizer = torch.optim.AdamW(groups, lr=settings.learning_rate, weight_decay=settings.weight_decay)
         rates = {group["name"]: group.get("lr", settings.learning_rate) for group in groups}  # the peak rates
+        sharding.prepare_student(objective, micro=micro, accumulation=settings.gradient_accumulation_steps,
+                                 max_grad_norm=settings.max_grad_norm)
         with warnings.catch_warnings():
             # torch 2.13 deprecates broadcast_buffers for forward_sync_buffers, which still syncs at
             # init; the old flag keeps exactly what is wanted here (see the handler above)
             warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning)
             objective, optimizer, train_loader = accelerator.prepare(objective, optimizer, train_loader)
+        inner = accelerator.unwrap_model(objective)
+        sharding.place_teacher(inner)
+        # FSDP2 replaces the parameters by their shards: clipping reads the new ones (DeepSpeed clips itself)
+        params = [p for p in inner.parameters() if p.requires_grad]
         if eval_loader is not None:
             eval_loader = accelerator.prepare(eval_loader)
         steps_per_epoch = math.ceil(len(train_loader) / settings.gradient_accumulation_steps)
@@ -265,7 +295,16 @@ def train(
                 accelerator.log(_tracker_values(record), step=record["step"])
 
         def save_state() -> None:
-            _save_state(accelerator, work, progress)
+            _save_state(accelerator, work, progress, sharding.name)
+
+        def save_checkpoint(directory: Path) -> None:
+            """The student (and the objective's extra tensors) as a checkpoint in ``directory``, written by
+            the main process; under FSDP or DeepSpeed every process first sends its shards."""
+            state = sharding.gather(objective)
+            if main:
+                student_state = split_state(state, "student") if state is not None else None
+                _replace_dir(directory, lambda d: save_student(inner.student, d, inner.extra_state_to_save(state),
+                                                               student_state))
 
         running = progress.running  # saved with the state: a resumed run logs the same means
         for epoch in range(progress.epoch, settings.epochs):
@@ -304,9 +343,9 @@ def train(
                     on_step(progress.step)
             progress.epoch = epoch + 1
             progress.batch_in_epoch = 0
-            student = accelerator.unwrap_model(objective).student
             if evaluation is not None:
-                result = evaluation.run(student, shown.evaluating(eval_loader), accelerator)
+                with sharding.whole_student(objective):
+                    result = evaluation.run(inner.student, shown.evaluating(eval_loader), accelerator)
                 record = {"step": progress.step, "epoch": epoch + 1, "eval": result}
                 progress.history.append(record)
                 log(record)
@@ -315,8 +354,7 @@ def train(
                 shown.evaluated(progress.step, result, evaluation.select, improved)
                 if improved:
                     progress.best, progress.best_step = value, progress.step
-                    if main:
-                        _replace_dir(work / "best", lambda d: save_student(student, d, _extra(objective, accelerator)))
+                    save_checkpoint(work / "best")
             save_state()
         shown.close()
 
@@ -324,14 +362,17 @@ def train(
         if trackers:
             _finish_trackers(accelerator)  # their files are closed before they move into the output
         accelerator.wait_for_everyone()
+        best = evaluation is not None and (work / "best").is_dir()
+        last = sharding.gather(objective) if not best else None  # every process sends its shards
         if main:
             with atomic_directory(output, overwrite=overwrite or output.exists()) as tmp:
-                if evaluation is not None and (work / "best").is_dir():
+                if best:
                     # linked (or copied), not moved: until `work` is gone, a kill must leave `best`
                     # whole for the resume that finishes the run again
                     shutil.copytree(work / "best", tmp, dirs_exist_ok=True, copy_function=_link_or_copy)
                 else:
-                    save_student(accelerator.unwrap_model(objective).student, tmp, _extra(objective, accelerator))
+                    save_student(inner.student, tmp, inner.extra_state_to_save(last),
+                                 split_state(last, "student") if last is not None else None)
                 if metrics_file.exists():
                     shutil.copy2(metrics_file, tmp / "metrics.jsonl")
                 if (work / TRACKER_DIR).is_dir():
@@ -339,18 +380,17 @@ def train(
                 (tmp / "training.json").write_text(json.dumps(
                     {"steps": progress.step, "best": progress.best, "best_step": progress.best_step,
                      "evaluations": progress.history, "learning_rates": rates, "processes": world,
+                     "engine": sharding.name,
                      **({"constant_baseline": baseline} if baseline is not None else {}), **fingerprint}, indent=2))
                 write_model_card(tmp)  # the card again, now with training.json's evaluations
             remove_tree(work)
         accelerator.wait_for_everyone()
         return TrainResult(output, progress.step, progress.best, progress.history, time.perf_counter() - started,
-                           rates, processes=world, constant_baseline=baseline)
+                           rates, processes=world, engine=sharding.name, constant_baseline=baseline)
     finally:
-        accelerator.end_training()
-
-
-def _extra(objective, accelerator) -> dict[str, torch.Tensor]:
-    return accelerator.unwrap_model(objective).extra_state_to_save()
+        if sharding is not None:
+            sharding.close()
+        end_run(accelerator, partial_type)
 
 
 def _start_trackers(accelerator, describe: str, settings: TrainSettings, directory: Path, *,
@@ -438,6 +478,21 @@ def _resume_decision(work: Path, output: Path, fingerprint: dict, *, resume: boo
     return False
 
 
+def _check_same_engine(work: Path, engine: str, processes: int) -> None:
+    """A training state is read back by the engine that wrote it: FSDP2's and DeepSpeed's shards by as
+    many processes (a state saved before the file was kept was data parallel)."""
+    path = work / "state" / ENGINE_FILE
+    saved = json.loads(path.read_text()) if path.is_file() else {"engine": None, "processes": None}
+    sharded = {engine, saved["engine"]} - {"one process", "data parallel", None}
+    if not sharded:
+        return
+    if saved["engine"] != engine or saved["processes"] != processes:
+        before = f"{saved['engine'] or 'data parallel'} on {saved['processes'] or 'an unrecorded number of'} processes"
+        raise GhostifyError(f"{work} holds a training state saved by {before}; this launch is {engine} on {processes} "
+                            "processes: resume with the same accelerate config and --num_processes, or pass "
+                            "--overwrite to start over")
+
+
 def _changed_settings(saved: dict[str, Any] | None, fingerprint: dict[str, Any]) -> str:
     """The training settings that differ from the interrupted run's, as flags (" (--x was 1, now 2)")."""
     before, now = (saved or {}).get("settings") or {}, fingerprint["settings"]
@@ -449,8 +504,14 @@ def _changed_settings(saved: dict[str, Any] | None, fingerprint: dict[str, Any])
     return f" ({'; '.join(changed)})" if changed else ""
 
 
-def _save_state(accelerator, work: Path, progress: Progress) -> None:
-    """Save the full training state atomically: a crash mid-save keeps the previous one."""
+#: which engine and how many processes saved a training state: a sharded state resumes only under both
+ENGINE_FILE = "engine.json"
+
+
+def _save_state(accelerator, work: Path, progress: Progress, engine: str) -> None:
+    """Save the full training state atomically: a crash mid-save keeps the previous one. Under FSDP or
+    DeepSpeed every process writes its own shards into it (a run over several machines needs a
+    directory they share)."""
     tmp = work / "state.tmp"
     if accelerator.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -458,6 +519,7 @@ def _save_state(accelerator, work: Path, progress: Progress) -> None:
     accelerator.save_state(str(tmp))
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
+        (tmp / ENGINE_FILE).write_text(json.dumps({"engine": engine, "processes": accelerator.num_processes}))
         (tmp / "progress.json").write_text(json.dumps(asdict(progress)))
         old = work / "state.old"
         shutil.rmtree(old, ignore_errors=True)

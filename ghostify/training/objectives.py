@@ -18,6 +18,7 @@ from ..settings import DistillWeights
 from .capture import capture, enable_score_capture
 from .layer_map import LayerMap
 from .loop import Objective
+from .sharding import split_state
 from .losses import attention_score_mse, masked_mse
 
 
@@ -31,14 +32,6 @@ class TaskLosses(Protocol):
 
     def teacher_loss(self, student: Any, teacher: Any, batch: dict[str, torch.Tensor],
                      temperature: float) -> torch.Tensor: ...
-
-
-def _teacher_forward(teacher: nn.Module, device: torch.device, **kwargs):
-    if next(teacher.parameters()).device != device:
-        teacher.to(device)
-    teacher.eval()
-    with torch.no_grad():
-        return teacher(**kwargs)
 
 
 class FinetuneObjective(Objective):
@@ -61,7 +54,7 @@ class FinetuneObjective(Objective):
         parts = {"task_loss": hard.detach()}
         if self._teacher is None:
             return hard, parts
-        teacher_out = _teacher_forward(self._teacher, hard.device, **inputs)
+        teacher_out = self.run_teacher(hard.device, **inputs)
         soft = self.kind.teacher_loss(out, teacher_out, batch, self.temperature)
         parts["teacher_loss"] = soft.detach()
         w = self.teacher_weight
@@ -123,6 +116,8 @@ class DistillObjective(Objective):
         weights.validate()
         self.student = student
         self.weights = weights
+        # without the logit loss, the hidden-state and attention losses never reach the task head
+        self.may_leave_weights_unused = not weights.logit_weight
         self.layer_map = layer_map
         self.kind = kind
         object.__setattr__(self, "_teacher", teacher)
@@ -173,7 +168,7 @@ class DistillObjective(Objective):
         w = self.weights
         scores = w.attention_weight > 0
         with capture(self._teacher, scores=scores) as t_cap:
-            t_out = _teacher_forward(self._teacher, mask.device, **inputs, output_hidden_states=True)
+            t_out = self.run_teacher(mask.device, **inputs, output_hidden_states=True)
         with capture(self.student, scores=scores) as s_cap:
             s_out = self.student(**inputs, output_hidden_states=True)
 
@@ -208,5 +203,6 @@ class DistillObjective(Objective):
             loss = loss + w.sop_weight * parts["sop_loss"]
         return loss, {k: v.detach() for k, v in parts.items()}
 
-    def extra_state_to_save(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().cpu().contiguous() for k, v in self.projections.state_dict().items()}
+    def extra_state_to_save(self, state: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        tensors = self.projections.state_dict() if state is None else split_state(state, "projections")
+        return {k: v.detach().cpu().contiguous() for k, v in tensors.items()}

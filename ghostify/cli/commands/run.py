@@ -58,6 +58,8 @@ def run(
         err.print(line)
 
     report = recipes.run(loaded, output, on_stage=say)
+    if not report:  # another process of a launch: the main one writes and prints the report
+        return
     if json_output:
         print_json(report)
     else:

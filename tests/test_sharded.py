@@ -1,0 +1,283 @@
+"""Sharded training on 2 CPU processes: ``accelerate launch --config_file recipes/accelerate/...``
+with FSDP2 and with DeepSpeed ZeRO-3 runs finetune, distill and a recipe; the checkpoint holds the
+gathered weights (those of the same run under data parallelism), a killed run resumes to the bytes of
+an uninterrupted one, and the inputs are never touched.
+
+On a machine without CUDA Accelerate shards only with ``GHOSTIFY_SHARDED_CPU=1`` (the documented
+setting; ghostify/training/sharding.py), which these launches set. DeepSpeed compiles a small C++
+extension on its first use (a few minutes, then cached under ~/.cache/torch_extensions); its tests
+are skipped where DeepSpeed is not installed (``pip install 'ghostify[distributed]'``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from ghostify.errors import GhostifyError
+from ghostify.testing import tiny_checkpoint, write_toy_dataset
+
+from .conftest import run_cli
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "recipes" / "accelerate"
+HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
+ENGINES = {
+    "fsdp2": ("fsdp2-cpu.yaml", "FSDP2"),
+    "zero3": ("zero3-cpu.yaml", "DeepSpeed ZeRO-3"),
+}
+DEEPSPEED = pytest.mark.skipif(not HAS_DEEPSPEED,
+                               reason="DeepSpeed is not installed: pip install 'ghostify[distributed]'")
+ENGINE_PARAMS = [pytest.param("fsdp2"), pytest.param("zero3", marks=[DEEPSPEED, pytest.mark.compiler])]
+# 64 examples, batch 16, 2 epochs: 8 steps, a saved state every 2
+TRAIN = ["--text-columns", "sentence", "--epochs", "2", "--batch-size", "16", "--learning-rate", "3e-3",
+         "--checkpoint-steps", "2", "--max-length", "32"]
+
+# Run as the launched program in place of `-m ghostify`: every process stops at the same optimizer
+# step, as a run killed between two saved states (the state of the last save stays on disk).
+CRASH = """
+import sys
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+at, steps = int(sys.argv.pop(1)), [0]
+
+def stop(optimizer, args, kwargs):
+    steps[0] += 1
+    if steps[0] == at:
+        raise SystemExit(3)
+
+register_optimizer_step_pre_hook(stop)
+from ghostify.cli import run
+sys.argv[0] = "ghostify"
+run()
+"""
+
+
+def _launch(args: list[str], cwd: Path, engine: str | None,
+            program: list[str] | None = None) -> subprocess.CompletedProcess:
+    """``accelerate launch`` of ``ghostify ARGS`` on 2 CPU processes: under ``engine``'s config, or data
+    parallel (``--multi_gpu``) for None."""
+    launch = [sys.executable, "-m", "accelerate.commands.launch"]
+    if engine is None:
+        launch += ["--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+                   "--dynamo_backend", "no"]
+    else:
+        launch += ["--config_file", str(CONFIGS / ENGINES[engine][0])]
+    env = dict(os.environ, OMP_NUM_THREADS="1", GHOSTIFY_DEBUG="", GHOSTIFY_SHARDED_CPU="1")
+    command = [*launch, "--main_process_port", "0", *(program or ["-m", "ghostify"]), *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _ok(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+def _digest(directory: Path) -> dict[str, str]:
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def _weights(directory: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(directory / "model.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> dict[str, Path]:
+    """A tiny student, a teacher fine-tuned from it, toy data; and their digests, checked unchanged."""
+    from ghostify.steps import finetune
+
+    root = tmp_path_factory.mktemp("sharded")
+    tiny_checkpoint(root / "init")
+    data = write_toy_dataset(root / "data", train=64, validation=32)
+    finetune(root / "init", root / "teacher", dataset=str(data), text_columns=("sentence",), label_column="label",
+             epochs=1, batch_size=16, learning_rate=3e-3)
+    paths = {"root": root, "init": root / "init", "teacher": root / "teacher", "data": Path(data)}
+    before = {name: _digest(paths[name]) for name in ("init", "teacher", "data")}
+    yield paths
+    assert {name: _digest(paths[name]) for name in before} == before  # inputs untouched by every launch
+
+
+def _commands(inputs: dict[str, Path], out: Path) -> dict[str, list[str]]:
+    data = ["--dataset", str(inputs["data"]), *TRAIN]
+    return {
+        "finetune": ["finetune", str(inputs["init"]), "-o", str(out / "finetune"), *data],
+        # the logits too: with hidden states and attention alone the task head gets no gradient, and
+        # would be compared untrained
+        "distill": ["distill", "--teacher", str(inputs["teacher"]), "--student", str(inputs["init"]),
+                    "-o", str(out / "distill"), "--logit-weight", "1", *data],
+    }
+
+
+@pytest.fixture(scope="module")
+def data_parallel(inputs) -> Path:
+    """finetune and distill under data parallelism: the weights sharding must reproduce."""
+    out = inputs["root"] / "ddp"
+    for args in _commands(inputs, out).values():
+        _ok(_launch(args, inputs["root"], None))
+    return out
+
+
+@pytest.fixture(scope="module", params=ENGINE_PARAMS)
+def sharded(request, inputs) -> tuple[str, Path]:
+    """finetune and distill under the engine's config (one module-wide run each)."""
+    engine = request.param
+    out = inputs["root"] / engine
+    for args in _commands(inputs, out).values():
+        _ok(_launch(args, inputs["root"], engine))
+    return engine, out
+
+
+@pytest.mark.parametrize("command", ["finetune", "distill"])
+def test_sharded_run_saves_the_gathered_weights_of_the_data_parallel_run(sharded, data_parallel, inputs, command):
+    engine, out = sharded
+    training = json.loads((out / command / "training.json").read_text())
+    assert training["engine"] == ENGINES[engine][1] and training["processes"] == 2 and training["steps"] == 8
+    saved, reference, initial = (_weights(d) for d in (out / command, data_parallel / command, inputs["init"]))
+    assert saved.keys() == reference.keys()
+    # every tensor whole, in its dtype, trained: the same numbers as data parallelism (to rounding)
+    for name, tensor in saved.items():
+        assert tensor.shape == reference[name].shape and tensor.dtype == reference[name].dtype, name
+        assert torch.allclose(tensor, reference[name], atol=1e-5, rtol=1e-4), name
+    assert any(not torch.equal(saved[k], initial[k]) for k in saved)
+    from ghostify import load_model
+
+    model = load_model(out / command)  # reloads as a checkpoint of ghostify's format, with the same tensors
+    assert all(torch.equal(model.state_dict()[k], saved[k]) for k in saved)
+    assert not (out / f"{command}.partial").exists()
+
+
+def test_killed_sharded_run_resumes_to_the_bytes_of_an_uninterrupted_one(sharded, inputs, tmp_path):
+    engine, out = sharded
+    crash = tmp_path / "crash.py"
+    crash.write_text(CRASH)
+    args = _commands(inputs, tmp_path)["finetune"]
+    stopped = _launch(["7", *args], inputs["root"], engine, program=[str(crash)])  # step 7: the state of step 6
+    assert stopped.returncode != 0
+    state = tmp_path / "finetune.partial" / "state"
+    assert not (tmp_path / "finetune").exists()
+    assert json.loads((state / "progress.json").read_text())["step"] == 6
+    assert json.loads((state / "engine.json").read_text()) == {"engine": ENGINES[engine][1], "processes": 2}
+    other = "zero3" if engine == "fsdp2" else "fsdp2"
+    if other == "fsdp2" or HAS_DEEPSPEED:  # another engine's state is refused in one line, and kept
+        refused = _launch([*args, "--resume"], inputs["root"], other)
+        assert refused.returncode != 0 and f"saved by {ENGINES[engine][1]} on 2 processes" in refused.stderr
+        assert state.is_dir()
+    _ok(_launch([*args, "--resume"], inputs["root"], engine))
+    assert (tmp_path / "finetune" / "model.safetensors").read_bytes() == \
+        (out / "finetune" / "model.safetensors").read_bytes()
+    assert not (tmp_path / "finetune.partial").exists()
+
+
+RECIPE = """
+description: a recipe under a sharded launch
+model: {init}
+teacher: ${{teacher}}
+data:
+  dataset: {data}
+  text_columns: [sentence]
+  max_length: 32
+seed: 0
+stages:
+  - finetune:
+      output: teacher
+      epochs: 1
+      batch_size: 16
+      learning_rate: 3.0e-3
+  - importance:
+      samples: 32
+  - prune:
+      width: 1/2
+  - attach-ghost: {{}}
+  - distill:
+      epochs: 1
+      batch_size: 16
+      learning_rate: 3.0e-3
+  - eval: {{}}
+"""
+
+
+@pytest.mark.parametrize("engine", ENGINE_PARAMS)
+def test_recipe_runs_under_a_sharded_config(engine, inputs, tmp_path):
+    """Training and evaluation on every process, sharded; importance, prune and attach-ghost on the main
+    one: the pruned, ghosted student trains inside the wrap."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(RECIPE.format(init=inputs["init"], data=inputs["data"]))
+    _ok(_launch(["run", str(recipe), "-o", str(tmp_path / "run")], tmp_path, engine))
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert [row["status"] for row in report["stages"]] == ["ran"] * 6
+    assert json.loads((tmp_path / "run" / "05-distill" / "training.json").read_text())["engine"] == ENGINES[engine][1]
+    from ghostify import load_model
+
+    student = load_model(tmp_path / "run" / "05-distill")
+    pruned = load_model(tmp_path / "run" / "04-attach-ghost")
+    assert student.state_dict().keys() == pruned.state_dict().keys()  # the ghosted, pruned structure kept
+    assert any(not torch.equal(student.state_dict()[k], pruned.state_dict()[k]) for k in pruned.state_dict())
+    assert json.loads((tmp_path / "run" / "06-eval" / "eval.json").read_text())["samples"] == 32
+
+
+# ---- refusals (in-process: no launch needed) --------------------------------------------------------
+
+
+def test_a_sharded_config_on_the_cpu_without_the_setting_is_refused(monkeypatch):
+    from ghostify.training.sharding import SHARDED_CPU, accelerator_options
+
+    if torch.cuda.is_available():
+        pytest.skip("the refusal is for machines without CUDA")
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.delenv(SHARDED_CPU, raising=False)
+    with pytest.raises(GhostifyError, match=f"set {SHARDED_CPU}=1"):
+        accelerator_options()
+
+
+def test_importance_under_a_multi_process_launch_is_refused_in_one_line(inputs, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    code, _, err = run_cli(capsys, "importance", inputs["init"], "-o", tmp_path / "scored", "--dataset",
+                           inputs["data"], "--text-columns", "sentence")
+    assert code != 0 and "importance runs as one process (2 were launched)" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "scored").exists()
+
+
+def test_every_accelerate_config_loads_and_shards_as_ghostify_needs():
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    configs = sorted(CONFIGS.glob("*.yaml"))
+    assert {p.stem for p in configs} >= {"ddp-1node", "fsdp2-1node", "zero3-1node", "fsdp2-multinode",
+                                         "zero3-multinode", "fsdp2-cpu", "zero3-cpu"}
+    for path in configs:
+        config = load_config_from_file(str(path))
+        if config.fsdp_config:  # the settings ghostify refuses otherwise
+            assert config.fsdp_config["fsdp_version"] == 2, path.name
+            assert not config.fsdp_config["fsdp_activation_checkpointing"], path.name
+            assert not config.fsdp_config["fsdp_cpu_ram_efficient_loading"], path.name
+        if config.deepspeed_config:
+            assert config.deepspeed_config["zero_stage"] == 3 and not config.deepspeed_config["zero3_init_flag"]
+
+
+def test_the_cpu_setting_is_refused_on_a_machine_with_cuda(monkeypatch):
+    from ghostify.training.sharding import SHARDED_CPU, accelerator_options
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv(SHARDED_CPU, "1")
+    with pytest.raises(GhostifyError, match=f"unset {SHARDED_CPU}"):
+        accelerator_options()
+
+
+def test_data_parallel_distill_with_the_default_losses_leaves_the_untouched_head_alone(inputs, tmp_path):
+    """The hidden-state losses never reach the task head: data parallelism must not wait for its gradient."""
+    args = ["distill", "--teacher", str(inputs["teacher"]), "--student", str(inputs["init"]), "-o",
+            str(tmp_path / "d"), "--dataset", str(inputs["data"]), *TRAIN]
+    _ok(_launch(args, tmp_path, None))
+    saved, initial = _weights(tmp_path / "d"), _weights(inputs["init"])
+    head = [k for k in saved if k.startswith("classifier.")]
+    assert head and all(torch.equal(saved[k], initial[k]) for k in head)
+    assert any(not torch.equal(saved[k], initial[k]) for k in saved if k.startswith("bert.encoder."))
