@@ -244,6 +244,12 @@ def test_importance_under_a_multi_process_launch_is_refused_in_one_line(inputs, 
                            inputs["data"], "--text-columns", "sentence")
     assert code != 0 and "importance runs as one process (2 were launched)" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "scored").exists()
+    # every command that writes one output from one copy of the model: prune, export, ...
+    for command in (["prune", inputs["init"], "-o", tmp_path / "pruned", "--width", "0.5"],
+                    ["export", inputs["init"], "-o", tmp_path / "exported"]):
+        code, _, err = run_cli(capsys, *command)
+        assert code != 0 and f"{command[0]} runs as one process (2 were launched)" in err, err
+        assert len(err.strip().splitlines()) == 1 and not command[3].exists()
 
 
 def test_every_accelerate_config_loads_and_shards_as_ghostify_needs():

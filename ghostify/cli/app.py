@@ -20,7 +20,10 @@ from ..errors import GhostifyError, Terminated
 from ..threads import set_thread_defaults
 from ..version import __version__
 from .help import HelpCommand, HelpGroup
-from .inputs import check_inputs
+from .inputs import check_inputs, check_one_process
+
+#: the commands that run under ``accelerate launch`` (every process its share); the others refuse a launch
+LAUNCHED_COMMANDS = frozenset({"finetune", "distill", "eval", "run"})
 from .signals import terminate_on_signals
 
 
@@ -33,8 +36,12 @@ class _Ghostify(typer.Typer):
         register = super().command(*args, **kwargs)
 
         def decorator(function: Callable[..., Any]) -> Callable[..., Any]:
+            name = (args[0] if args else kwargs.get("name")) or function.__name__.replace("_", "-")
+
             @functools.wraps(function)  # Typer reads the options from the wrapped signature
             def quieted(*a: Any, **k: Any) -> Any:
+                if name not in LAUNCHED_COMMANDS:
+                    check_one_process(name)  # under accelerate launch each process would write the same output
                 check_inputs(k)  # a missing path or unknown name: one line now, not after transformers loads
                 if hasattr(function, "check_options"):  # the command's own (settings_options, a method's paths)
                     function.check_options(k)

@@ -90,7 +90,8 @@ def check_one_process(command: str) -> None:
     recipe on the main process while the others wait."""
     processes = int(os.environ.get("WORLD_SIZE", "1") or "1")
     if processes > 1:
-        raise GhostifyError(f"{command} runs as one process ({processes} were launched): it holds one copy of the "
-                            "weights, without their gradients or optimizer state, so it needs no sharding; run "
-                            f"`ghostify {command} ...` without accelerate launch (a recipe under accelerate launch "
-                            "runs it on the main process)")
+        raise GhostifyError(f"{command} runs as one process ({processes} were launched): under accelerate launch every "
+                            "process would run it whole and write the same output; run "
+                            f"`ghostify {command} ...` without accelerate launch (finetune, distill, eval and a recipe's "
+                            "`ghostify run` are the commands that use a launch; a recipe runs its other stages on the "
+                            "main process)")

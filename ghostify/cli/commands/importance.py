@@ -53,9 +53,6 @@ def importance(
     per batch). OUT holds the model and `importance.safetensors`, which `ghostify prune OUT` uses.
     """
     from ... import steps  # torch and transformers: loaded when a command runs, not for --help
-    from ..inputs import check_one_process
-
-    check_one_process("importance")
     with progress("scoring", samples) as bar:
         job = bar.add_task("scoring", total=samples)
         scores = steps.importance(
