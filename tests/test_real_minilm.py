@@ -42,8 +42,8 @@ def test_importance_prune_reload(minilm, glue, tmp_path, capsys):
     for kept, layer_scores in zip(first_order, scores.heads):
         assert kept == torch.argsort(layer_scores, descending=True, stable=True)[:6].tolist()  # top 6, by importance
 
-    # the default: the Fisher information, each layer's choice rearranged by its block (never worse than the top 6)
-    code, _, err = run_cli(capsys, "prune", tmp_path / "scored", "-o", tmp_path / "pruned", "--width", "6/12")
+    # the Fisher information, each layer's choice rearranged by its block (never worse than the top 6)
+    code, _, err = run_cli(capsys, "prune", tmp_path / "scored", "-o", tmp_path / "pruned", "--width", "6/12", "--rearrange")
     assert code == 0, err
     pruned = load_model(tmp_path / "pruned")
     assert [len(h) for h in pruned.config.ghostify["heads"]] == [6] * 6

@@ -193,7 +193,7 @@ def test_rearrangement_keeps_one_of_two_units_that_only_matter_together():
 
 
 def test_prune_records_what_rearrangement_did(tmp_path, scored):
-    record = steps.prune(scored, tmp_path / "r", width="0.5")
+    record = steps.prune(scored, tmp_path / "r", width="0.5", rearrange=True)
     arguments = record.history[-1]["arguments"]
     for kind in ("heads", "neurons"):
         assert arguments["rearranged"][kind]["after"] <= arguments["rearranged"][kind]["before"] * (1 + 1e-9)

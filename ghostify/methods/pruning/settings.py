@@ -61,7 +61,9 @@ class PruneSettings:
                                   "latency MODEL -o DIR`) that --speedup predicts with.")
     criterion: str = setting(FISHER, help=f"What the scores rank by: {FISHER} (E[(dL/dg)^2], the loss increase to "
                              f"second order; Kwon et al. 2022) or {LOSS_GRADIENT} (E|dL/dg|, first order).")
-    rearrange: bool = setting(True, flag="--rearrange/--no-rearrange", help="Choose which heads and neurons each "
+    # off by default: on MiniLM it lowered the block objective but cost accuracy on 3 of 4 tasks
+    # (benchmarks/results/retraining_free.md); compress tries it as one of its candidates
+    rearrange: bool = setting(False, flag="--rearrange/--no-rearrange", help="Choose which heads and neurons each "
                               "layer keeps by the layer's block of the Fisher information (units that matter "
                               "together), keeping the counts the widths or --speedup chose.")
     tune_masks: int = setting(0, min=0, help="Tune the kept heads' and neurons' scales by least squares on this many "
