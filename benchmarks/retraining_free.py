@@ -400,7 +400,9 @@ def t_interval(diffs: list[float]) -> tuple[float, float, float]:
 def report(args, rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
     lines = ["# Retraining-free pruning and where distillation starts (issue 37)", "",
              f"Command: `python benchmarks/retraining_free.py --work {args.work}` (phase none), then `--phase quick "
-             f"--tasks sst2,conll2003`", "", f"Machine: {common.machine_line(info)}", "",
+             f"--tasks sst2,conll2003`", "", f"Machine: {common.machine_line(info)}. The rows were measured on this machine "
+             "over several sessions, one thread per process (`OMP_NUM_THREADS=1`), beside other jobs (load average 2-5); "
+             "the thread count and load above are those of the run that wrote this file.", "",
              "all-MiniLM-L6-v2 fine-tuned per task (the teacher), scored once by `ghostify importance` "
              f"({args.importance_samples} training examples; first-order and Fisher scores in one pass), pruned to a "
              "target speed-up of ONNX Runtime int8 at batch 1 x 128 tokens, 1 thread, with no training: `first-order` "
