@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 from pathlib import Path
 
@@ -29,7 +31,11 @@ def _own_cache(tmp_path_factory):
     """ghostify's cache (latency models) in the session's temporary directory, never the home directory;
     tests that check the cache itself set their own."""
     previous = os.environ.get("GHOSTIFY_CACHE")
-    os.environ["GHOSTIFY_CACHE"] = str(tmp_path_factory.mktemp("ghostify-cache"))
+    # one cache for the workers of a run: a tiny model's latency model (about a minute of probes) is measured
+    # once, the other worker waits for it
+    cache = _shared_root(tmp_path_factory) / "ghostify-cache"
+    cache.mkdir(exist_ok=True)
+    os.environ["GHOSTIFY_CACHE"] = str(cache)
     yield
     if previous is None:
         os.environ.pop("GHOSTIFY_CACHE", None)
@@ -75,9 +81,28 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
 @pytest.fixture(scope="session")
 def sst2_teacher(minilm, glue, tmp_path_factory) -> Path:
     """MiniLM fine-tuned on 2,000 SST-2 training examples for one epoch (about 0.8 validation
-    accuracy), built once per test process and shared by the real-model method chains."""
+    accuracy), built once per test run (the workers share it) for the real-model method chains."""
     from ghostify.steps import finetune
 
-    out = tmp_path_factory.mktemp("sst2-teacher") / "teacher"
-    finetune(minilm, out, task="sst2", dataset=str(glue), max_samples=2000, epochs=1, learning_rate=1e-4)
+    out = _shared_root(tmp_path_factory) / "sst2-teacher"
+    with _held(out.with_suffix(".lock")):  # the other worker waits, then reads it (finetune writes atomically)
+        if not out.is_dir():
+            finetune(minilm, out, task="sst2", dataset=str(glue), max_samples=2000, epochs=1, learning_rate=1e-4)
     return out
+
+
+def _shared_root(tmp_path_factory) -> Path:
+    """The run's temporary directory all xdist workers see (each worker's own is one level down)."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
+@contextlib.contextmanager
+def _held(lock: Path):
+    """An exclusive ``flock`` on ``lock`` across the workers, released however the holder ends."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

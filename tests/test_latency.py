@@ -157,6 +157,37 @@ def test_a_second_call_reads_the_cache_and_refresh_measures_again(bert, counted,
     assert len(list((cache / "latency").iterdir())) == 3
 
 
+def test_a_second_process_waits_for_the_measurement_under_way_and_reads_its_result(bert, counted, cache):
+    """Two runs measuring one machine at once would time each other's load: the second waits for the
+    first's lock and then reads what it cached, measuring nothing."""
+    import fcntl
+    import os
+    import threading
+    import time
+
+    from ghostify.checkpoint import load_config
+
+    first = steps.latency(bert, runtime="pytorch", rounds=2, warmup=0)
+    path = cache_file(original_geometry(load_config(bert)), Deployment(runtime="pytorch"), machine_key("pytorch"))
+    stored = path.read_bytes()
+    path.unlink()  # as if the first run were still measuring
+    lock = module.lock_file(path)
+    fd = os.open(lock, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another open file description: a lock held against this process too
+    lines, results = [], []
+    waiting = threading.Thread(target=lambda: results.append(
+        steps.latency(bert, runtime="pytorch", rounds=2, warmup=0, progress=lines.append)))
+    waiting.start()
+    deadline = time.monotonic() + 30
+    while not any("waiting for its result" in line for line in lines) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert waiting.is_alive() and any(str(lock) in line for line in lines)
+    path.write_bytes(stored)  # the first run finishes: its result is cached, then its lock released
+    os.close(fd)
+    waiting.join(30)
+    assert results == [first] and len(counted) == 1  # read, not measured again
+
+
 def test_a_corrupt_cache_file_is_ignored_with_a_warning_and_replaced(bert, counted):
     from ghostify.checkpoint import load_config
 

@@ -10,7 +10,9 @@ measure once.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import fcntl
 import hashlib
 import json
 import os
@@ -97,19 +99,20 @@ def latency(
     check_memory(model, config, batch_size, seq_len)
     machine = machine_key(runtime)
     path = cache_file(geometry, deployment, machine)
-    result = None if refresh else cached(geometry, deployment, machine)
-    narrower = hidden_widths(config, geometry)
-    if result is not None and narrower and result.format < 2:  # an older ghostify's: the full hidden size only
-        say(f"measured before on this machine at the full hidden size only: measuring again at {len(narrower) + 1} "
-            "hidden sizes")
-        result = None
-    if result is not None:
-        say(f"measured before on this machine: {path} (--refresh measures again)")
-    else:
-        result = measure(probe_config(config), geometry, deployment, machine, rounds=rounds, warmup=warmup, seed=seed,
-                         say=say)
-        if _store(path, result):
-            say(f"cached as {path}")
+    with _measuring(path, say):  # one process measures a key at a time; the others then read its result
+        result = None if refresh else cached(geometry, deployment, machine)
+        narrower = hidden_widths(config, geometry)
+        if result is not None and narrower and result.format < 2:  # an older ghostify's: the full hidden size only
+            say(f"measured before on this machine at the full hidden size only: measuring again at "
+                f"{len(narrower) + 1} hidden sizes")
+            result = None
+        if result is not None:
+            say(f"measured before on this machine: {path} (--refresh measures again)")
+        else:
+            result = measure(probe_config(config), geometry, deployment, machine, rounds=rounds, warmup=warmup,
+                             seed=seed, say=say)
+            if _store(path, result):
+                say(f"cached as {path}")
     if out is not None:
         with atomic_directory(out, overwrite=overwrite) as tmp:
             result.save(tmp / LATENCY_FILE)
@@ -360,6 +363,12 @@ def cache_file(geometry: Geometry, deployment: Deployment, machine: str) -> Path
     return cache_dir() / "latency" / f"{geometry.family.replace('/', '-')}-{digest}.json"
 
 
+def lock_file(path: Path) -> Path:
+    """The lock held while the cache entry ``path`` is measured (beside the entries, so they stay a list of
+    latency models)."""
+    return cache_dir() / "locks" / f"{path.stem}.lock"
+
+
 def cached(geometry: Geometry, deployment: Deployment, machine: str) -> LatencyModel | None:
     """The cached latency model of this key, or None (a corrupt or mismatched file is ignored with a warning:
     :meth:`LatencyModel.load` validates it whole, so what is returned is safe to print and to allocate with)."""
@@ -376,6 +385,30 @@ def cached(geometry: Geometry, deployment: Deployment, machine: str) -> LatencyM
                       f"{found.deployment.describe()} on {found.machine}", stacklevel=2)
         return None
     return found
+
+
+@contextlib.contextmanager
+def _measuring(path: Path, say: Callable[[str], None]):
+    """Hold the measuring lock of the cache entry ``path`` (``flock`` on ``<cache>/locks/<entry>.lock``,
+    released by the OS however the holder ends): two runs measuring this machine at once would each time the
+    other's load into their models, and measure twice what one can measure once. A cache where no lock file
+    can be made is used unlocked."""
+    lock = lock_file(path)
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:  # a read-only cache: measuring still works, storing says why it did not
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"another process is measuring this latency model ({lock}): waiting for its result")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock; the file stays (removing it would race with a waiter)
 
 
 def _store(path: Path, result: LatencyModel) -> bool:
