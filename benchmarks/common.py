@@ -187,3 +187,14 @@ def stderr_log(message: str) -> None:
     import sys
 
     print(message, file=sys.stderr, flush=True)
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a study's JSON-lines results file (none yet: an empty list)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def append_row(path: Path, row: dict[str, Any]) -> None:
+    """Add one row to a study's results file (appending: a resumed study keeps what it measured)."""
+    with open(path, "a") as f:
+        f.write(json.dumps(row, default=str) + "\n")

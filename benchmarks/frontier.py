@@ -80,16 +80,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def read_rows(work: Path) -> list[dict[str, Any]]:
-    path = work / ROWS
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-
-
-def append_row(work: Path, row: dict[str, Any]) -> None:
-    with open(work / ROWS, "a") as f:
-        f.write(json.dumps(row, default=str) + "\n")
-
-
 def settings(name: str, root: Path):
     from ghostify.settings import DataSettings, TaskSettings
 
@@ -174,13 +164,13 @@ def find(rows, **keys):
 
 
 def teacher_score(args, name: str) -> float:
-    rows = rf.read_rows(args.work)
+    rows = common.read_rows(args.work / rf.ROWS)
     return rf.score(rf.find(rows, task=name, arm="teacher"), name)
 
 
 def run(args) -> None:
-    rows = read_rows(args.work)
-    tasks_rows = rf.read_rows(args.work)
+    rows = common.read_rows(args.work / ROWS)
+    tasks_rows = common.read_rows(args.work / rf.ROWS)
     for name in args.tasks:
         teacher = rf.teacher(args_for_rf(args), name, tasks_rows)
         rf.scored(args_for_rf(args), name, teacher, tasks_rows)
@@ -191,7 +181,8 @@ def run(args) -> None:
                 common.stderr_log(f"== {name} {target:g}x {arm}")
                 result = run_uniform(args, name, teacher, target, 0) if arm == "uniform" else \
                     run_compress(args, name, teacher, target, arm, 0, ghosts=False)
-                append_row(args.work, row := {"task": name, "target": target, "arm": arm, "seed": 0, **result})
+                row = {"task": name, "target": target, "arm": arm, "seed": 0, **result}
+                common.append_row(args.work / ROWS, row)
                 rows.append(row)
             ghost_points(args, name, teacher, target, rows)
 
@@ -212,7 +203,8 @@ def ghost_points(args, name: str, teacher: Path, target: float, rows: list[dict[
                 continue
             common.stderr_log(f"== {name} {target:g}x {arm} seed {seed}")
             result = run_compress(args, name, teacher, target, arm, seed, ghosts=ghosts)
-            append_row(args.work, row := {"task": name, "target": target, "arm": arm, "seed": seed, **result})
+            row = {"task": name, "target": target, "arm": arm, "seed": seed, **result}
+            common.append_row(args.work / ROWS, row)
             rows.append(row)
 
 
@@ -318,7 +310,7 @@ def main(argv=None) -> None:
     if not args.report_only:
         run(args)
     common.finish_info(info)
-    rows = read_rows(args.work)
+    rows = common.read_rows(args.work / ROWS)
     text = report(args, rows, info)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text)

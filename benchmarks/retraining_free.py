@@ -111,16 +111,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 # ----- rows ---------------------------------------------------------------------------------------
-def read_rows(work: Path) -> list[dict[str, Any]]:
-    path = work / ROWS
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-
-
-def append_row(work: Path, row: dict[str, Any]) -> None:
-    with open(work / ROWS, "a") as f:
-        f.write(json.dumps(row) + "\n")
-
-
 def find(rows: list[dict[str, Any]], **keys: Any) -> dict[str, Any] | None:
     return next((r for r in rows if all(r.get(k) == v for k, v in keys.items())), None)
 
@@ -146,7 +136,7 @@ def teacher(args, name: str, rows: list[dict[str, Any]]) -> Path:
     model = work / "run" / "01-teacher"
     if find(rows, task=name, arm="teacher") is None:
         metrics = json.loads((work / "run" / "02-teacher-eval" / "eval.json").read_text())["metrics"]
-        append_row(args.work, row := {"task": name, "arm": "teacher", "metrics": metrics})
+        common.append_row(args.work / ROWS, row := {"task": name, "arm": "teacher", "metrics": metrics})
         rows.append(row)
     return model
 
@@ -162,8 +152,9 @@ def scored(args, name: str, model: Path, rows: list[dict[str, Any]]) -> Path:
         start = time.perf_counter()
         steps.importance(model, out, dataset=data["dataset"], task=data["task"], max_length=data["max_length"],
                          samples=args.importance_samples, **settings)
-        append_row(args.work, row := {"task": name, "arm": "importance", "seconds": time.perf_counter() - start,
-                                      "samples": args.importance_samples})
+        common.append_row(args.work / ROWS, row := {
+            "task": name, "arm": "importance", "seconds": time.perf_counter() - start,
+            "samples": args.importance_samples})
         rows.append(row)
     return out
 
@@ -250,8 +241,8 @@ def run_none(args, name: str, rows: list[dict[str, Any]]) -> None:
                         steps.prune(scores, out, **arm.prune)
                 except GhostifyError as exc:  # a target beyond what heads and neurons reach on this machine
                     common.stderr_log(f"{name} {speedup:g}x {arm.name}: {exc}")
-                    append_row(args.work, row := {"task": name, "arm": arm.name, "speedup": speedup, "phase": "none",
-                                                  "refused": str(exc)})
+                    common.append_row(args.work / ROWS, row := {
+                        "task": name, "arm": arm.name, "speedup": speedup, "phase": "none", "refused": str(exc)})
                     rows.append(row)
                     continue
                 seconds = time.perf_counter() - start
@@ -260,7 +251,7 @@ def run_none(args, name: str, rows: list[dict[str, Any]]) -> None:
             metrics = evaluate(args, name, out, out.parent / f"{arm.name}-eval.json")
             record = read_record(load_config(out))
             prune = next(h for h in reversed(record.history) if h["command"] == "prune")["arguments"]
-            append_row(args.work, row := {
+            common.append_row(args.work / ROWS, row := {
                 "task": name, "arm": arm.name, "speedup": speedup, "phase": "none", "metrics": metrics,
                 "prune_seconds": seconds, "heads": [len(h) for h in record.heads], "ffn": list(record.ffn),
                 "predicted_ms": prune.get("predicted_ms"), "width": prune.get("heads_width"),
@@ -287,7 +278,7 @@ def compressed(args, name: str, speedup: float, model: Path, rows: list[dict[str
                           data=DataSettings(**{k: v for k, v in data.items() if k not in task_keys}),
                           task_settings=TaskSettings(**{k: v for k, v in data.items() if k in task_keys}),
                           say=common.stderr_log)
-    append_row(args.work, row := {
+    common.append_row(args.work / ROWS, row := {
         "task": name, "arm": COMPRESS, "speedup": speedup, "phase": "none", "metrics": report["metrics"],
         "shipped_metrics": report.get("shipped_metrics"), "seconds": time.perf_counter() - start,
         "measured_speedup": report["measured_speedup"], "choice": report.get("choice"),
@@ -327,7 +318,7 @@ def measure(args, name: str, speedup: float, teacher_model: Path, rows: list[dic
     dense = results[0]["cpu_median_ms"]
     measured = {arm: {"ms": r["cpu_median_ms"], "speedup": dense / r["cpu_median_ms"]}
                 for arms, r in zip(shapes.values(), results[1:]) for arm in arms}
-    append_row(args.work, row := {"task": name, "arm": "measured", "speedup": speedup, "dense_ms": dense,
+    common.append_row(args.work / ROWS, row := {"task": name, "arm": "measured", "speedup": speedup, "dense_ms": dense,
                                   "arms": measured, "load": list(os.getloadavg())})
     rows.append(row)
 
@@ -371,8 +362,9 @@ def run_quick(args, name: str, rows: list[dict[str, Any]]) -> None:
             start = time.perf_counter()
             run_recipe(raw, base / f"quick-{arm}-s{seed}.yaml", run_dir)
             metrics = json.loads((run_dir / "03-final-eval" / "eval.json").read_text())["metrics"]
-            append_row(args.work, row := {"task": name, "arm": arm, "speedup": speedup, "phase": "quick", "seed": seed,
-                                          "metrics": metrics, "seconds": time.perf_counter() - start})
+            common.append_row(args.work / ROWS, row := {
+                "task": name, "arm": arm, "speedup": speedup, "phase": "quick", "seed": seed, "metrics": metrics,
+                "seconds": time.perf_counter() - start})
             rows.append(row)
 
 
@@ -504,12 +496,12 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     info = common.machine_info()
-    rows = read_rows(args.work)
+    rows = common.read_rows(args.work / ROWS)
     if not args.report_only:
         for name in args.tasks:
             (run_none if args.phase == "none" else run_quick)(args, name, rows)
     common.finish_info(info)
-    text = report(args, read_rows(args.work), info)
+    text = report(args, common.read_rows(args.work / ROWS), info)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text)
     print(text)

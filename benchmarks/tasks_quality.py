@@ -197,16 +197,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 # ----- results.jsonl ------------------------------------------------------------------------------
-def read_rows(work: Path) -> list[dict[str, Any]]:
-    path = work / ROWS
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-
-
-def append_row(work: Path, row: dict[str, Any]) -> None:
-    with open(work / ROWS, "a") as f:
-        f.write(json.dumps(row) + "\n")
-
-
 def variant(row: dict[str, Any]) -> str:
     """The lever a row measured (``plain``: the chain as BUDGETS gives it)."""
     return row.get("lever", "plain")
@@ -398,7 +388,7 @@ def run_dataset(args, name: str, rows: list[dict[str, Any]]) -> None:
         row = {"dataset": name, "width": "teacher", "runtime": "pytorch", "params": report["teacher"]["params"],
                "metrics": metrics_of(report["teacher-eval"], spec, teacher_run / "01-teacher", data, budget.max_length),
                "seconds": {k: v["wall_time"] for k, v in report.items()}, "budget": dataclasses.asdict(budget)}
-        append_row(args.work, row)
+        common.append_row(args.work / ROWS, row)
         rows.append(row)
     runs = [(width, "plain") for width in args.widths] + [(GOAL_WIDTH, lever) for lever in levers]
     for width, lever_name in runs:
@@ -433,7 +423,7 @@ def run_dataset(args, name: str, rows: list[dict[str, Any]]) -> None:
                    "seconds": {k: v["wall_time"] for k, v in chain.items()}, "budget": dataclasses.asdict(budget)}
             if lever is not None:
                 row.update(lever=lever_name, lever_settings=dataclasses.asdict(lever))
-            append_row(args.work, row)
+            common.append_row(args.work / ROWS, row)
             rows.append(row)
 
 
@@ -540,7 +530,7 @@ def main(argv=None) -> None:
     warnings.simplefilter("ignore")
     args.work.mkdir(parents=True, exist_ok=True)
     info = common.machine_info()
-    rows = read_rows(args.work)
+    rows = common.read_rows(args.work / ROWS)
     started = time.perf_counter()
     for name in args.datasets if not args.report_only else []:
         run_dataset(args, name, rows)
