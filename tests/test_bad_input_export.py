@@ -20,6 +20,7 @@ import torch
 
 from ghostify import steps
 from ghostify.checkpoint import load_model
+from ghostify.export.hf import QUIET_TRANSFORMERS, WITHOUT_GHOSTIFY
 from ghostify.export.onnx import example_batch, input_names
 from ghostify.testing import tiny_checkpoint, tiny_sentence_transformer, write_toy_dataset
 
@@ -368,19 +369,9 @@ def test_a_full_tmpdir_during_the_check_blames_the_disk_not_the_model(world, tmp
 # ----------------------------------------------------------------------------------------------
 # what must work
 # ----------------------------------------------------------------------------------------------
-_LOAD = textwrap.dedent("""
-    import json, sys, warnings
+_LOAD = WITHOUT_GHOSTIFY + QUIET_TRANSFORMERS + textwrap.dedent("""
+    import json
     import torch
-
-    class NoGhostify:
-        def find_spec(self, name, path=None, target=None):
-            if name == "ghostify" or name.startswith("ghostify."):
-                raise ImportError("ghostify is not installed here")
-
-    sys.meta_path.insert(0, NoGhostify())
-    warnings.simplefilter("ignore")
-    import transformers
-    transformers.logging.set_verbosity_error()
     directory, io_path = sys.argv[1], sys.argv[2]
     data = torch.load(io_path)
     model = transformers.AutoModel.from_pretrained(directory, trust_remote_code=True).eval()

@@ -15,7 +15,7 @@ from ghostify import steps
 from ghostify.architectures import get_adapter
 from ghostify.checkpoint import load_config, load_model, model_record, save_checkpoint
 from ghostify.errors import GhostifyError
-from ghostify.export.hf import write_hf
+from ghostify.export.hf import QUIET_TRANSFORMERS, WITHOUT_GHOSTIFY, write_hf
 from ghostify.export.onnx import example_batch, input_names
 from ghostify.testing import FAMILIES, tiny_checkpoint
 from tests.conftest import run_cli
@@ -62,19 +62,9 @@ def _chain(tmp: Path, family: str, variant: str) -> Path:
     return tmp / "out"
 
 
-_LOAD_ALL = textwrap.dedent("""
-    import json, sys, tempfile, warnings
+_LOAD_ALL = WITHOUT_GHOSTIFY + QUIET_TRANSFORMERS + textwrap.dedent("""
+    import json, tempfile
     import torch
-
-    class NoGhostify:
-        def find_spec(self, name, path=None, target=None):
-            if name == "ghostify" or name.startswith("ghostify."):
-                raise ImportError("ghostify is not installed here")
-
-    sys.meta_path.insert(0, NoGhostify())
-    warnings.simplefilter("ignore")
-    import transformers
-    transformers.logging.set_verbosity_error()
     results = {}
     for case in json.loads(sys.argv[1]):
         auto = getattr(transformers, case["auto"])

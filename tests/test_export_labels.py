@@ -10,21 +10,15 @@ import sys
 import textwrap
 from pathlib import Path
 
+from ghostify.export.hf import WITHOUT_GHOSTIFY
 from ghostify.testing import tiny_checkpoint, tiny_sentence_transformer, write_toy_dataset
 
 from .conftest import run_cli
 from .test_data_files import _rows, write_rows
 
-_PIPELINE = textwrap.dedent("""
-    import json, sys
-
-    class NoGhostify:  # the export must not need ghostify
-        def find_spec(self, name, path=None, target=None):
-            if name == "ghostify" or name.startswith("ghostify."):
-                raise ImportError("ghostify is not available to an exported model")
-
-    sys.meta_path.insert(0, NoGhostify())
-    from transformers import pipeline
+_PIPELINE = WITHOUT_GHOSTIFY + textwrap.dedent("""
+    import json
+    from transformers import pipeline  # not quieted: its warnings are part of what the test reads
 
     classify = pipeline("text-classification", model=sys.argv[1], trust_remote_code=True)
     predictions = classify(["a great film", "a dull plot"])

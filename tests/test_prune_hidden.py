@@ -24,6 +24,7 @@ from ghostify.architectures import get_adapter
 from ghostify.checkpoint import load_model, model_record
 from ghostify.errors import GhostifyError
 from ghostify.example_loss import per_example_loss
+from ghostify.export.hf import QUIET_TRANSFORMERS, WITHOUT_GHOSTIFY
 from ghostify.export.onnx import example_batch, input_names
 from ghostify.methods import METHODS, by_name, channel_origin, check_order
 from ghostify.methods.hidden import PadChannels, channel_gates, kept_channels, prune_hidden
@@ -400,19 +401,9 @@ def test_info_shows_the_hidden_width_and_the_smaller_size(tmp_path, capsys):
     assert by_name("hidden").describe({"methods": {}}) == []
 
 
-_LOAD_ALL = """
-import json, sys, warnings
+_LOAD_ALL = WITHOUT_GHOSTIFY + QUIET_TRANSFORMERS + """
+import json
 import torch
-
-class NoGhostify:
-    def find_spec(self, name, path=None, target=None):
-        if name == "ghostify" or name.startswith("ghostify."):
-            raise ImportError("ghostify is not installed here")
-
-sys.meta_path.insert(0, NoGhostify())
-warnings.simplefilter("ignore")
-import transformers
-transformers.logging.set_verbosity_error()
 results = {}
 for case in json.loads(sys.argv[1]):
     data = torch.load(case["io"])

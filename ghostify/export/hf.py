@@ -44,6 +44,31 @@ AUTO_CLASSES = ("AutoModel", "AutoModelForSequenceClassification", "AutoModelFor
 #: the files of a sentence-transformers model besides the encoder's own
 
 
+#: The opening of a Python script that must run without ghostify, as an exported model's user runs it:
+#: importing ghostify fails there, even where it is installed. The export's own check and the tests that load
+#: exports in a child process start their scripts with it (most with QUIET_TRANSFORMERS after it).
+WITHOUT_GHOSTIFY = """\
+import sys
+
+
+class _NoGhostify:
+    def find_spec(self, name, path=None, target=None):
+        if name == "ghostify" or name.startswith("ghostify."):
+            raise ImportError("ghostify is not available to an exported model")
+
+
+sys.meta_path.insert(0, _NoGhostify())
+"""
+
+#: transformers imported with its warnings, logging and progress bars off (a child script's output is its result)
+QUIET_TRANSFORMERS = """\
+import warnings
+warnings.simplefilter("ignore")
+import transformers  # noqa: E402
+transformers.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()
+"""
+
 @dataclass
 class HFExport:
     stock: bool  # True: a plain stock checkpoint, no code

@@ -18,7 +18,7 @@ import torch
 from ..card import CardFacts, check_card, model_size, read_training, write_card
 from ..checkpoint import load_config, load_model, model_record, read_record
 from ..errors import GhostifyError
-from ..export.hf import drop_auto_map, write_hf
+from ..export.hf import QUIET_TRANSFORMERS, WITHOUT_GHOSTIFY, drop_auto_map, write_hf
 from ..export.onnx import INT8_NAME, ONNX_NAME, example_batch, input_names, require_onnx, resolve_keep_fp32, write_onnx
 from ..export.runtime import onnx_path
 from ..files import atomic_directory, check_output_dir, copy_tokenizer
@@ -132,20 +132,10 @@ def export(
     return result
 
 
-_CHECK = textwrap.dedent("""
-    import json, sys, tempfile, warnings
+_CHECK = WITHOUT_GHOSTIFY + QUIET_TRANSFORMERS + textwrap.dedent("""
+    import json, tempfile
     import torch
 
-    class NoGhostify:  # the export must not need ghostify
-        def find_spec(self, name, path=None, target=None):
-            if name == "ghostify" or name.startswith("ghostify."):
-                raise ImportError("ghostify is not available to an exported model")
-
-    sys.meta_path.insert(0, NoGhostify())
-    warnings.simplefilter("ignore")
-    import transformers
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
     directory, auto_name, io_path, trust = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
     auto_class = getattr(transformers, auto_name)
     data = torch.load(io_path)
