@@ -202,8 +202,8 @@ class Sharding:
     def _check_fsdp(self) -> None:
         plugin = self.accelerator.state.fsdp_plugin
         if plugin.fsdp_version != 2:
-            raise GhostifyError(f"the launch config uses FSDP version {plugin.fsdp_version}; ghostify shards with FSDP2 "
-                                "(per-parameter sharding, frozen and trainable weights in one layer): set "
+            raise GhostifyError(f"the launch config uses FSDP version {plugin.fsdp_version}; ghostify shards "
+                                "with FSDP2 (per-parameter sharding, frozen and trainable weights in one layer): set "
                                 "fsdp_version: 2 in its fsdp_config")
         if plugin.activation_checkpointing:
             raise GhostifyError("fsdp_activation_checkpointing: true is not supported (ghostify's capture hooks read "
@@ -251,9 +251,9 @@ class Sharding:
         named = plugin.transformer_cls_names_to_wrap or []
         other = sorted(set(named) - set(layers))
         if other:
-            raise GhostifyError(f"the FSDP config wraps {', '.join(other)}; ghostify makes every encoder layer of the "
-                                f"student ({', '.join(layers)}) a unit itself: remove fsdp_transformer_layer_cls_to_wrap "
-                                "from the config or name only those")
+            raise GhostifyError(f"the FSDP config wraps {', '.join(other)}; ghostify makes every encoder layer of "
+                                f"the student ({', '.join(layers)}) a unit itself: remove "
+                                "fsdp_transformer_layer_cls_to_wrap from the config or name only those")
         plugin.auto_wrap_policy = transformer_auto_wrap_policy
         plugin.transformer_cls_names_to_wrap = layers
 
