@@ -104,6 +104,26 @@ def test_with_more_examples_than_units_the_factor_is_square_and_the_same_block()
     assert block_factor(rows[:5]).shape == (5, 7)  # fewer examples: the rows themselves
 
 
+def test_the_block_factor_of_many_batches_keeps_their_gram_matrix_in_bounded_memory():
+    """Scored examples' gradient rows are folded into their QR factor as they come: 3,000 rows of 7 units
+    (40 foldings) end as one 7 x 7 factor of the same Gram matrix, the buffer never past its cap."""
+    from ghostify.methods.pruning.importance import _Rows, block_factor
+
+    rows = torch.randn(3000, 7, generator=torch.Generator().manual_seed(0), dtype=torch.float64).float()
+    kept = _Rows(7)
+    largest = 0
+    for batch in rows.split(32):
+        kept.add(batch)
+        largest = max(largest, kept.buffer.shape[0])
+    factor = block_factor(kept.all())
+    assert factor.shape == (7, 7) and largest <= kept.cap == 256
+    gram = rows.double().T @ rows.double()
+    torch.testing.assert_close((factor.double().T @ factor.double()), gram, rtol=1e-4, atol=1e-3)
+    few = _Rows(7)
+    few.add(rows[:5])
+    assert torch.equal(few.all(), rows[:5])  # fewer examples than the cap: the rows themselves
+
+
 def test_the_fisher_scores_are_saved_and_loaded_exactly(scored):
     scores = ImportanceScores.load(scored)
     assert scores.criteria() == ("loss-gradient", "fisher") and scores.fisher.samples == 48
