@@ -57,7 +57,7 @@ RESCORED = "rescored"
 def compress_recipe(model: str, *, speedup: float, deployment: Deployment, data: dict[str, Any], budget: Budget,
                     ghosts: bool, teacher: str | None, seed: int,
                     keep_layers: Sequence[int] | None = None, hidden_width: str | None = None,
-                    allocation: dict[str, Any] | None = None) -> dict[str, Any]:
+                    allocation: dict[str, Any] | None = None, tune: bool = True) -> dict[str, Any]:
     """The recipe compress runs, as a mapping (``recipes/compress.yaml`` is the same with ``vars``).
 
     ``teacher`` None: ``model`` has no trained head for the task, so the first stage fine-tunes it.
@@ -66,7 +66,8 @@ def compress_recipe(model: str, *, speedup: float, deployment: Deployment, data:
     prune-hidden stage keeps before prune (:func:`_structure`), prune then reading the scores of the model
     before it. ``allocation``: the prune stage's settings
     (default: the search for ``speedup`` by the latency model; :func:`_choose` may pick another criterion or a
-    uniform width). A budget without training (``none``) ends with the pruned, tuned model."""
+    uniform width). A budget without training (``none``) ends with the pruned, tuned model; ``tune`` False leaves
+    the tuning out (what is timed: tuning changes weights, not shapes)."""
     train = {"max_samples": budget.max_samples, "epochs": budget.epochs}
     onnx = deployment.runtime != "pytorch"
     # the latency model first: it needs only the model's shape, and a target out of reach is then refused
@@ -88,7 +89,7 @@ def compress_recipe(model: str, *, speedup: float, deployment: Deployment, data:
     prune = dict(allocation) if allocation is not None else {"speedup": speedup, "latency": "${latency}"}
     if hidden_width is not None:  # the head and neuron scores of the model before its channels went (their counts hold)
         prune["importance"] = "${rescored}" if keep_layers is not None else "${importance}"
-    if budget.tune_masks:
+    if budget.tune_masks and tune:
         prune["tune_masks"] = budget.tune_masks
     stages.append({"prune": prune})
     if budget.trains:
@@ -247,10 +248,11 @@ def compress(
     keep_layers: list[int] | None = None  # the layers the allocation keeps, when it drops any
     hidden_width: str | None = None  # the residual channels it keeps, when it cuts any
 
-    def recipe_for(allocated: float, allocation: dict[str, Any] | None = None) -> Recipe:
+    def recipe_for(allocated: float, allocation: dict[str, Any] | None = None, tune: bool = True) -> Recipe:
         raw = compress_recipe(model, speedup=allocated, deployment=deployment, data=data_mapping(data, task_settings),
                               budget=chosen, ghosts=ghosts, teacher=None if teacher is None else str(teacher),
-                              seed=seed, keep_layers=keep_layers, hidden_width=hidden_width, allocation=allocation)
+                              seed=seed, keep_layers=keep_layers, hidden_width=hidden_width, allocation=allocation,
+                              tune=tune)
         return validate(RecipeSource(yaml.safe_dump(raw, sort_keys=False), "compress"), raw)
 
     run_dir = out / STAGES
@@ -270,34 +272,35 @@ def compress(
             keep_layers, attempts, choice = saved["keep_layers"], saved["attempts"], saved.get("choice")
             hidden_width = saved.get("hidden_width")
             recipe = recipe_for(saved["allocated_for"], saved.get("prune"))
+            measured = next((a for a in attempts if a.get("kept")), attempts[-1])["measured"]
             say(f"the allocation of the earlier run ({saved['allocated_for']:.2f}x predicted, measured "
-                f"{attempts[-1]['measured']:.2f}x) is kept: {out / ALLOCATION}")
+                f"{measured:.2f}x) is kept: {out / ALLOCATION}")
         else:
             if drop_layers or hidden_axis:
-                # the layers and the width stay as planned for the target: a correction below re-allocates heads and
-                # neurons only
                 keep_layers, hidden_width = _structure(recipe, run_dir, speedup, drop_layers, hidden_axis, say)
                 recipe = recipe_for(speedup)
             choice = _choose(recipe, run_dir, speedup, seed, say)
-            allocation = _allocation(recipe, run_dir, choice, speedup)
-            recipe = recipe_for(speedup, allocation)
-            attempts = [_allocate_and_measure(recipe, run_dir, deployment, rounds, say, dense_exports, speedup)]
-            first = attempts[0]
-            allocated = speedup
-            if abs(first["measured"] / speedup - 1) > tolerance:
-                # the measured cost of what pruning keeps differs from the model's; scale the target by the miss
-                corrected_for = speedup * first["predicted"] / first["measured"]
-                say(f"measured {first['measured']:.2f}x for a predicted {first['predicted']:.2f}x: re-allocating once "
-                    f"for a predicted {corrected_for:.2f}x")
-                try:
-                    corrected_allocation = _allocation(recipe, run_dir, choice, corrected_for)
-                    corrected = recipe_for(corrected_for, corrected_allocation)
-                    attempts.append(_allocate_and_measure(corrected, run_dir, deployment, rounds, say, dense_exports,
-                                                          corrected_for))
-                    recipe, allocated, allocation = corrected, corrected_for, corrected_allocation
-                except (StageError, _NoAllocation) as exc:  # e.g. the corrected target is beyond what pruning can reach
-                    say(f"the re-allocation failed, the first allocation is kept: {exc}")
-                    run_recipe(_prefix(recipe, "prune"), run_dir)  # the first allocation's model, if prune was replaced
+
+            def attempt(target: float, replan: bool) -> dict[str, Any]:
+                """Allocate for a predicted ``target`` (``replan``: the layers and channels too) and time it,
+                untuned: mask tuning changes weights, not the speed, so it runs once, on the allocation kept."""
+                nonlocal keep_layers, hidden_width
+                if replan:
+                    keep_layers, hidden_width = _structure(recipe, run_dir, target, drop_layers, hidden_axis, say)
+                    run_recipe(_prefix(recipe_for(target), "prune", before=True), run_dir, on_stage=_on_stage(say))
+                allocation = _allocation(recipe_for(target), run_dir, choice, target)
+                measured = _allocate_and_measure(recipe_for(target, allocation, tune=False), run_dir, deployment,
+                                                 rounds, say, dense_exports, target)
+                return {**measured, "structure": [keep_layers, hidden_width], "prune": allocation}
+
+            attempts = [attempt(speedup, replan=False)]
+            attempts += _corrections(attempts[0], speedup, tolerance, attempt, structural=drop_layers or hidden_axis,
+                                     say=say)
+            kept = min(attempts, key=lambda a: abs(math.log(a["measured"] / speedup)))  # the closest to the target
+            for a in attempts:
+                a["kept"] = a is kept
+            (keep_layers, hidden_width), allocation, allocated = kept["structure"], kept["prune"], kept["allocated_for"]
+            recipe = recipe_for(allocated, allocation)
             out.mkdir(parents=True, exist_ok=True)  # the stages made it; a caller's own runner may not have
             write_text_atomically(out / ALLOCATION, json.dumps({"settings": settings, "allocated_for": allocated,
                                                                 "keep_layers": keep_layers, "hidden_width": hidden_width,
@@ -314,6 +317,46 @@ def compress(
         _write_report(out, report)
         say(f"measured {final['measured']:.2f}x (target {speedup:g}x) in {deployment.describe()}; wrote {out / REPORT_MD}")
         return report
+
+
+def _corrections(first: dict[str, Any], speedup: float, tolerance: float,
+                 attempt: Callable[[float, bool], dict[str, Any]], *, structural: bool,
+                 say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The re-allocations after ``first`` missed ``speedup`` by more than ``tolerance``: the target scaled by the
+    miss (predicted / measured), with the same layers and channels; where those cannot reach it and whole layers
+    or channels may go (``structural``), re-planned for it, and then, if that misses too, corrected once more with
+    the new structure's own miss (the latency model's error depends on the structure: on MiniLM at 6x, 2 layers
+    measured 5.21x for 6.24x predicted and 1 layer 7.15x for 7.31x). Each refusal is said and ends the
+    corrections; the caller keeps whichever attempt measured closest to the target."""
+    def missed(a: dict[str, Any]) -> bool:
+        return abs(a["measured"] / speedup - 1) > tolerance
+
+    def corrected(a: dict[str, Any]) -> float:
+        return speedup * a["predicted"] / a["measured"]
+
+    if not missed(first):
+        return []
+    target = corrected(first)
+    say(f"measured {first['measured']:.2f}x for a predicted {first['predicted']:.2f}x: re-allocating once for a "
+        f"predicted {target:.2f}x")
+    try:
+        return [attempt(target, False)]
+    except GhostifyError as exc:  # e.g. the corrected target is beyond what these layers can reach
+        if not structural:
+            say(f"the re-allocation failed, the first allocation is kept: {exc}")
+            return []
+        say(f"these layers cannot reach it ({exc}): planning the layers and channels again for {target:.2f}x")
+    found: list[dict[str, Any]] = []
+    try:
+        found.append(attempt(target, True))
+        if missed(found[-1]):
+            again = corrected(found[-1])
+            say(f"measured {found[-1]['measured']:.2f}x for a predicted {found[-1]['predicted']:.2f}x with these "
+                f"layers: re-allocating for a predicted {again:.2f}x")
+            found.append(attempt(again, False))
+    except GhostifyError as exc:
+        say(f"the re-allocation failed: {exc}")
+    return found
 
 
 class _NoAllocation(GhostifyError):
@@ -535,7 +578,7 @@ def _allocate_and_measure(recipe: Recipe, run_dir: Path, deployment: Deployment,
                           allocated: float) -> dict[str, Any]:
     """Run the stages up to the pruned (and ghosted) model, then time it against the teacher; ``allocated``:
     the speed-up the allocation aimed at."""
-    from ..latency_model import LatencyModel
+    from ..steps.latency_plan import predicted_speedup
 
     names = [s.name for s in recipe.stages]
     last = "attach-ghost" if "attach-ghost" in names else "prune"
@@ -543,9 +586,7 @@ def _allocate_and_measure(recipe: Recipe, run_dir: Path, deployment: Deployment,
     stages = {p.stage.name: p.directory for p in plan(recipe, run_dir)}
     pruned = stages[last]
     result = _measure(_dense(recipe, stages), pruned, deployment, rounds, dense_exports=dense_exports)
-    latency = LatencyModel.load(stages["latency"])
-    record = read_record(load_config(stages["prune"]))
-    result["predicted"] = latency.dense_ms() / latency.predict([len(h) for h in record.heads], list(record.ffn))
+    result["predicted"] = predicted_speedup(stages["prune"], stages["latency"])  # at the channels it keeps
     result["allocated_for"] = allocated
     prune = recipe.stages[names.index("prune")].settings
     result["allocation"] = "uniform" if "width" in prune else str(prune.get("criterion", "fisher"))
@@ -714,11 +755,14 @@ def markdown(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
     ]
     for i, a in enumerate(report["allocations"], 1):
-        lines.append(f"| {i} | {a.get('allocation', 'search')} | {a['allocated_for']:.2f}x | {a['predicted']:.2f}x | "
-                     f"{a['measured']:.2f}x |")
+        kept = " (kept)" if a.get("kept") and len(report["allocations"]) > 1 else ""
+        lines.append(f"| {i}{kept} | {a.get('allocation', 'search')} | {a['allocated_for']:.2f}x | "
+                     f"{a['predicted']:.2f}x | {a['measured']:.2f}x |")
     if any(a["allocated_for"] != report["target_speedup"] for a in report["allocations"]):
-        lines += ["", "The first allocation missed the target by more than the tolerance: re-allocated once with the "
-                      "measured correction (allocated for target x predicted / measured)."]
+        lines += ["", "The first allocation missed the target by more than the tolerance: re-allocated with the "
+                      "measured correction (allocated for target x predicted / measured; with new layers or channels "
+                      "where the old could not reach it, then corrected once by their own miss); the attempt "
+                      "measured closest to the target is the one trained and shipped."]
     choice = report.get("choice")
     if choice:
         gaps = ", ".join(f"{CANDIDATE_NAMES.get(name, name)} {gap:.4g}" for name, gap in choice["gaps"].items())

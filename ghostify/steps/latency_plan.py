@@ -13,7 +13,8 @@ from ..errors import GhostifyError
 from ..latency_model import LatencyModel
 from ..methods.dropped_layers import check_droppable
 from ..methods.hidden import HiddenSettings, refusal
-from ..methods.pruning import ImportanceScores, LatencyPlan, PruneSettings, model_geometry, plan_for_latency
+from ..methods.pruning import (ImportanceScores, LatencyPlan, PruneSettings, current_width, model_geometry,
+                               plan_for_latency)
 
 
 def plan_structure(model: str | os.PathLike, importance: str | os.PathLike, latency: str | os.PathLike,
@@ -51,6 +52,16 @@ def plan_structure(model: str | os.PathLike, importance: str | os.PathLike, late
                             first_layer_fixed=bool(adapter.first_layer_fixed(config)), channel_scores=channel_scores,
                             channel_step=adapter.num_heads(config),
                             hidden=None if width == costs.geometry.hidden_size else width)
+
+
+def predicted_speedup(model: str | os.PathLike, latency: str | os.PathLike) -> float:
+    """The speed-up the latency model (a file or directory) predicts for the checkpoint ``model`` over the dense
+    model it was cut from: its kept layers, heads and neurons, at the residual channels it keeps."""
+    config = load_config(model)
+    record = read_record(config)
+    costs = LatencyModel.load(latency)
+    hidden = current_width(config, get_adapter(config), record)
+    return costs.dense_ms() / costs.predict([len(h) for h in record.heads], list(record.ffn), hidden)
 
 
 def plan_layers(model: str | os.PathLike, importance: str | os.PathLike, latency: str | os.PathLike,
