@@ -95,7 +95,7 @@ def run_compress(args, name: str, teacher: Path, target: float, arm: str, seed: 
 
     layers, hidden = AXES[arm.removesuffix("+ghosts") if arm.endswith("+ghosts") else arm]
     data, task = settings(name, args.data)
-    out = args.work / name / "frontier" / f"x{target:g}-{arm}-s{seed}"
+    out = args.work / name / "frontier" / f"{args.budget}-x{target:g}-{arm}-s{seed}"
     start = time.perf_counter()
     try:
         with warnings.catch_warnings():
@@ -133,7 +133,7 @@ def run_uniform(args, name: str, teacher: Path, target: float, seed: int) -> dic
     base.mkdir(parents=True, exist_ok=True)
     train = {"max_samples": budget.max_samples, "epochs": budget.epochs}
     scored = args.work / name / "scored"  # retraining_free.py's importance of the teacher
-    raw = {"description": f"frontier uniform {name} {target:g}x", "model": str(scored), "teacher": str(teacher),
+    raw = {"description": f"frontier uniform {name} {target:g}x, budget {args.budget}", "model": str(scored), "teacher": str(teacher),
            "data": spec.data_for(args.data), "seed": seed, "stages": [
                {"prune": {"width": str(width)}},
                {"distill": {**train, "learning_rate": budget.distill_learning_rate}},
@@ -142,9 +142,9 @@ def run_uniform(args, name: str, teacher: Path, target: float, seed: int) -> dic
                {"eval": {"output": "final-eval"}},
                {"export": {"output": "onnx", "format": "onnx", "quantize": "int8"}},
                {"eval": {"output": "shipped-eval", "model": "${onnx}/model_int8.onnx"}}]}
-    run_dir = base / f"x{target:g}-uniform-s{seed}"
+    run_dir = base / f"{args.budget}-x{target:g}-uniform-s{seed}"
     start = time.perf_counter()
-    rf.run_recipe(raw, base / f"x{target:g}-uniform-s{seed}.yaml", run_dir)
+    rf.run_recipe(raw, base / f"{args.budget}-x{target:g}-uniform-s{seed}.yaml", run_dir)
     dense = rf.export_int8(teacher, args.work / name / "teacher-int8")
     graph = run_dir / "05-onnx" / "model_int8.onnx"
     rows = steps.bench([dense, str(graph)], batch_size=1, seq_len=128, threads=1, rounds=args.rounds)
@@ -176,12 +176,12 @@ def run(args) -> None:
         rf.scored(args_for_rf(args), name, teacher, tasks_rows)
         for target in args.targets:
             for arm in args.arms:
-                if find(rows, task=name, target=target, arm=arm, seed=0) is not None:
+                if find(rows, task=name, target=target, arm=arm, seed=0, budget=args.budget) is not None:
                     continue
                 common.stderr_log(f"== {name} {target:g}x {arm}")
                 result = run_uniform(args, name, teacher, target, 0) if arm == "uniform" else \
                     run_compress(args, name, teacher, target, arm, 0, ghosts=False)
-                row = {"task": name, "target": target, "arm": arm, "seed": 0, **result}
+                row = {"task": name, "target": target, "arm": arm, "seed": 0, "budget": args.budget, **result}
                 common.append_row(args.work / ROWS, row)
                 rows.append(row)
             ghost_points(args, name, teacher, target, rows)
@@ -191,7 +191,7 @@ def ghost_points(args, name: str, teacher: Path, target: float, rows: list[dict[
     """The ghost arm beside ``all`` over ``--ghost-seeds``, where ``all`` loses at least GHOST_POINTS."""
     if not args.ghost_seeds:
         return
-    base = find(rows, task=name, target=target, arm="all", seed=0)
+    base = find(rows, task=name, target=target, arm="all", seed=0, budget=args.budget)
     if base is None or "refused" in base:
         return
     loss = teacher_score(args, name) - rf.score(base, name)
@@ -199,11 +199,11 @@ def ghost_points(args, name: str, teacher: Path, target: float, rows: list[dict[
         return
     for seed in args.ghost_seeds:
         for arm, ghosts in (("all", False), ("all+ghosts", True)):
-            if find(rows, task=name, target=target, arm=arm, seed=seed) is not None:
+            if find(rows, task=name, target=target, arm=arm, seed=seed, budget=args.budget) is not None:
                 continue
             common.stderr_log(f"== {name} {target:g}x {arm} seed {seed}")
             result = run_compress(args, name, teacher, target, arm, seed, ghosts=ghosts)
-            row = {"task": name, "target": target, "arm": arm, "seed": seed, **result}
+            row = {"task": name, "target": target, "arm": arm, "seed": seed, "budget": args.budget, **result}
             common.append_row(args.work / ROWS, row)
             rows.append(row)
 
@@ -216,13 +216,25 @@ def args_for_rf(args) -> argparse.Namespace:
 # ----- report -------------------------------------------------------------------------------------
 def report(args, rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
     lines = ["# The speed-accuracy frontier (issue 38)", "",
-             f"Command: `python benchmarks/frontier.py --work {args.work}`", "",
+             f"Command: `python benchmarks/frontier.py --work {args.work} --budget BUDGET` (one run per budget below)", "",
              f"Machine: {common.machine_line(info)}", "",
              "all-MiniLM-L6-v2 fine-tuned per task (the teacher of benchmarks/results/retraining_free.md), compressed "
-             f"at the `{args.budget}` budget to each target speed-up of ONNX Runtime int8 (batch 1 x 128 tokens, 1 "
-             "thread) with each set of allocation axes; `uniform` is `prune --width` through the same training. Each "
-             "cell: the shipped int8 model's validation score (points against the teacher) @ the measured speed-up "
-             "(median CPU time, models taking turns against the teacher's int8 graph). Seed 0.", ""]
+             "at a budget to each target speed-up of ONNX Runtime int8 (batch 1 x 128 tokens, 1 thread) with each set "
+             "of allocation axes; `uniform` is `prune --width` through the same training. Each cell: the shipped int8 "
+             "model's validation score (points against the teacher) @ the measured speed-up (median CPU time, models "
+             "taking turns against the teacher's int8 graph). Seed 0.", ""]
+    for budget in sorted({budget_of(r) for r in rows}, key=lambda b: (b != "standard", b)):
+        lines += [f"## Budget `{budget}`", ""]
+        lines += budget_section(args, [r for r in rows if budget_of(r) == budget])
+    return "\n".join(lines) + "\n"
+
+
+def budget_of(row: dict[str, Any]) -> str:
+    return row.get("budget", "standard")
+
+
+def budget_section(args, rows: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
     names = [n for n in TASKS if any(r["task"] == n for r in rows)]
     for name in names:
         t = teacher_score(args, name)
@@ -239,7 +251,7 @@ def report(args, rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
                     s = shipped_score(r, name)
                     cells.append(f"{s:.1f} ({s - t:+.1f}) @{r['measured_speedup']:.2f}x")
             table.append([f"{target:g}x", *cells])
-        lines += [f"## {name} (teacher {t:.1f})", "", common.markdown_table(["target", *ARMS], table), ""]
+        lines += [f"### {name} (teacher {t:.1f})", "", common.markdown_table(["target", *ARMS], table), ""]
         flops = []
         for r in rows:
             if r["task"] == name and r.get("seed") == 0 and "refused" not in r and r["arm"] in ("uniform", "all",
@@ -254,7 +266,7 @@ def report(args, rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
                                              "speed-up / FLOP ratio", "hidden size"], sorted(flops)), ""]
     ghosts = [r for r in rows if r["arm"] == "all+ghosts"]
     if ghosts:
-        lines += ["## Ghost modules where compression loses accuracy", "",
+        lines += ["### Ghost modules where compression loses accuracy", "",
                   "Paired over seeds with `all` at the same target and seed: mean and Student-t 95% interval of "
                   "`all+ghosts` - `all` in points.", ""]
         gt = []
@@ -267,7 +279,7 @@ def report(args, rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
                 mean, low, high = rf.t_interval(diffs)
                 gt.append([name, f"{target:g}x", len(diffs), f"{mean:+.2f} [{low:+.2f}, {high:+.2f}]"])
         lines += [common.markdown_table(["task", "target", "seeds", "ghosts - all (points)"], gt), ""]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def shipped_score(row: dict[str, Any], name: str) -> float:
@@ -288,11 +300,14 @@ def figure(args, rows: list[dict[str, Any]], path: Path) -> None:
     for ax, name in zip(axes[0], names):
         t = teacher_score(args, name)
         ax.axhline(t, color="black", linestyle="--", linewidth=1, label=f"teacher {t:.1f}")
-        for arm in ARMS:
-            points = sorted((r["measured_speedup"], shipped_score(r, name)) for r in rows
-                            if r["task"] == name and r["arm"] == arm and r.get("seed") == 0 and "refused" not in r)
-            if points:
-                ax.plot(*zip(*points), marker="o", label=arm)
+        for budget in sorted({budget_of(r) for r in rows}):
+            for arm in ARMS:
+                points = sorted((r["measured_speedup"], shipped_score(r, name)) for r in rows
+                                if r["task"] == name and r["arm"] == arm and r.get("seed") == 0 and "refused" not in r
+                                and budget_of(r) == budget)
+                if points:
+                    ax.plot(*zip(*points), marker="o", label=f"{arm} ({budget})",
+                            linestyle="-" if budget == "standard" else "--")
         ax.set_xlabel("measured int8 speed-up over the teacher (batch 1 x 128, 1 thread)")
         ax.set_ylabel(f"{rf.TASKS[name].metric} (validation, int8)")
         ax.set_title(name)
