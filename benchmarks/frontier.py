@@ -109,6 +109,7 @@ def run_compress(args, name: str, teacher: Path, target: float, arm: str, seed: 
             "measured_speedup": report["measured_speedup"], "flops": report["flops"], "params": report["params"],
             "heads": report["heads_per_layer"], "ffn": report["neurons_per_layer"], "layers": report["layers"],
             "hidden": _hidden(Path(report["model_dir"])), "choice": report.get("choice"),
+            "tune_masks": report["budget_settings"]["tune_masks"],
             "seconds": time.perf_counter() - start, "load": list(os.getloadavg())}
 
 
@@ -135,7 +136,7 @@ def run_uniform(args, name: str, teacher: Path, target: float, seed: int) -> dic
     scored = args.work / name / "scored"  # retraining_free.py's importance of the teacher
     raw = {"description": f"frontier uniform {name} {target:g}x, budget {args.budget}", "model": str(scored), "teacher": str(teacher),
            "data": spec.data_for(args.data), "seed": seed, "stages": [
-               {"prune": {"width": str(width)}},
+               {"prune": {"width": str(width), **({"tune_masks": budget.tune_masks} if budget.tune_masks else {})}},
                {"distill": {**train, "learning_rate": budget.distill_learning_rate}},
                {"finetune": {"output": "final", "teacher": str(teacher), "teacher_weight": budget.teacher_weight,
                              **train, "learning_rate": budget.finetune_learning_rate}},
@@ -155,7 +156,7 @@ def run_uniform(args, name: str, teacher: Path, target: float, seed: int) -> dic
             "shipped_metrics": json.loads((run_dir / "06-shipped-eval" / "eval.json").read_text())["metrics"],
             "measured_speedup": rows[0]["cpu_median_ms"] / rows[1]["cpu_median_ms"], "width": str(width),
             "flops": {"teacher": size_teacher["flops"], "compressed": size["flops"]},
-            "params": {"teacher": size_teacher["params"], "compressed": size["params"]},
+            "params": {"teacher": size_teacher["params"], "compressed": size["params"]}, "tune_masks": budget.tune_masks,
             "seconds": time.perf_counter() - start, "load": list(os.getloadavg())}
 
 
@@ -235,6 +236,14 @@ def budget_of(row: dict[str, Any]) -> str:
 
 def budget_section(args, rows: list[dict[str, Any]]) -> list[str]:
     lines: list[str] = []
+    loads = [r["load"][0] for r in rows if r.get("load")]
+    if loads:
+        lines += [f"Each row one thread per process, beside other jobs (1-min load average {min(loads):.1f}-"
+                  f"{max(loads):.1f} as the rows finished)."]
+    if any("tune_masks" not in r for r in rows if "refused" not in r):
+        lines += ["Rows without a recorded `tune_masks` ran before this budget tuned the pruned model (mask "
+                  "tuning on 2,048 examples joined the quick and standard budgets after them): prune, then training."]
+    lines += [""] if len(lines) else []
     names = [n for n in TASKS if any(r["task"] == n for r in rows)]
     for name in names:
         t = teacher_score(args, name)
@@ -308,7 +317,7 @@ def figure(args, rows: list[dict[str, Any]], path: Path) -> None:
                 if points:
                     ax.plot(*zip(*points), marker="o", label=f"{arm} ({budget})",
                             linestyle="-" if budget == "standard" else "--")
-        ax.set_xlabel("measured int8 speed-up over the teacher (batch 1 x 128, 1 thread)")
+        ax.set_xlabel("measured int8 speed-up over the teacher\n(ONNX Runtime, batch 1 x 128, 1 thread)")
         ax.set_ylabel(f"{rf.TASKS[name].metric} (validation, int8)")
         ax.set_title(name)
         ax.grid(alpha=0.3)
