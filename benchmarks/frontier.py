@@ -282,12 +282,14 @@ def budget_section(args, rows: list[dict[str, Any]]) -> list[str]:
         for name, target in sorted({(r["task"], r["target"]) for r in ghosts}):
             pairs = [(find(rows, task=name, target=target, arm="all", seed=r["seed"]), r) for r in ghosts
                      if r["task"] == name and r["target"] == target]
-            diffs = [shipped_score(g, name) - shipped_score(a, name) for a, g in pairs
-                     if a is not None and "refused" not in a and "refused" not in g]
+            pairs = [(a, g) for a, g in pairs if a is not None and "refused" not in a and "refused" not in g]
+            diffs = [shipped_score(g, name) - shipped_score(a, name) for a, g in pairs]
             if diffs:
                 mean, low, high = rf.t_interval(diffs)
-                gt.append([name, f"{target:g}x", len(diffs), f"{mean:+.2f} [{low:+.2f}, {high:+.2f}]"])
-        lines += [common.markdown_table(["task", "target", "seeds", "ghosts - all (points)"], gt), ""]
+                speed = [", ".join(f"{p[i]['measured_speedup']:.2f}x" for p in pairs) for i in (0, 1)]
+                gt.append([name, f"{target:g}x", len(diffs), f"{mean:+.2f} [{low:+.2f}, {high:+.2f}]", *speed])
+        lines += [common.markdown_table(["task", "target", "seeds", "ghosts - all (points)", "all: measured",
+                                         "all+ghosts: measured"], gt), ""]
     return lines
 
 
