@@ -16,7 +16,7 @@ import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -251,6 +251,24 @@ def atomic_directory(output: str | os.PathLike, *, overwrite: bool = False) -> I
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+@contextlib.contextmanager
+def held_lock(path: str | os.PathLike, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing), waiting for its holder if there is one
+    (``on_wait`` is called first, to say so). The OS releases it however the holder ends; the file stays
+    (removing it would race with a waiter). Raises OSError when the file cannot be made."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 #: the file inside a run's output directory (``ghostify run``, ``compress``) that the run holds locked

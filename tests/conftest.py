@@ -1,13 +1,12 @@
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 from pathlib import Path
 
 import pytest
 import torch
 
+from ghostify.files import held_lock
 from ghostify.testing import FAMILIES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,7 +84,7 @@ def sst2_teacher(minilm, glue, tmp_path_factory) -> Path:
     from ghostify.steps import finetune
 
     out = _shared_root(tmp_path_factory) / "sst2-teacher"
-    with _held(out.with_suffix(".lock")):  # the other worker waits, then reads it (finetune writes atomically)
+    with held_lock(out.with_suffix(".lock")):  # the other worker waits, then reads it (finetune writes atomically)
         if not out.is_dir():
             finetune(minilm, out, task="sst2", dataset=str(glue), max_samples=2000, epochs=1, learning_rate=1e-4)
     return out
@@ -97,12 +96,3 @@ def _shared_root(tmp_path_factory) -> Path:
     return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
 
 
-@contextlib.contextmanager
-def _held(lock: Path):
-    """An exclusive ``flock`` on ``lock`` across the workers, released however the holder ends."""
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)

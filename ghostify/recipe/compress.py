@@ -337,7 +337,7 @@ def _corrections(first: dict[str, Any], speedup: float, tolerance: float,
     if not missed(first):
         return []
     target = corrected(first)
-    say(f"measured {first['measured']:.2f}x for a predicted {first['predicted']:.2f}x: re-allocating once for a "
+    say(f"measured {first['measured']:.2f}x for a predicted {first['predicted']:.2f}x: re-allocating for a "
         f"predicted {target:.2f}x")
     try:
         return [attempt(target, False)]
@@ -472,6 +472,13 @@ def _allocation_problem(saved: Any) -> str | None:
         if wrong is not None:
             value = attempt.get(wrong) if isinstance(attempt, dict) else attempt
             return f"attempts[{i}].{wrong} = {value!r}, not a positive number"
+        if not isinstance(attempt.get("kept", False), bool):
+            return f"attempts[{i}].kept = {attempt['kept']!r}, not true or false"
+        structure = attempt.get("structure")
+        if structure is not None and not (isinstance(structure, list) and len(structure) == 2):
+            return f"attempts[{i}].structure = {structure!r}, not [layers kept, hidden width]"
+    if sum(bool(a.get("kept")) for a in attempts) > 1:
+        return "more than one of the attempts is marked kept"
     hidden = saved.get("hidden_width")
     if hidden is not None:
         try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import fcntl
 import hashlib
 import json
 import os
@@ -31,7 +30,7 @@ from ..architectures import get_adapter
 from ..checkpoint import _auto_class, load_config, read_record, save_checkpoint
 from ..errors import GhostifyError
 from ..export.onnx import INT8_NAME, ONNX_NAME
-from ..files import atomic_directory, check_output_dir, write_text_atomically
+from ..files import atomic_directory, check_output_dir, held_lock, write_text_atomically
 from ..latency_model import LATENCY_FILE, ChannelCosts, Deployment, Geometry, LatencyModel
 from ..methods import channel_origin, layer_origin
 from ..methods.pruning import dense_record, prune_model
@@ -394,21 +393,14 @@ def _measuring(path: Path, say: Callable[[str], None]):
     other's load into their models, and measure twice what one can measure once. A cache where no lock file
     can be made is used unlocked."""
     lock = lock_file(path)
-    try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError:  # a read-only cache: measuring still works, storing says why it did not
-        yield
-        return
-    try:
+    with contextlib.ExitStack() as stack:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"another process is measuring this latency model ({lock}): waiting for its result")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(held_lock(lock, lambda: say(f"another process is measuring this latency model "
+                                                            f"({lock}): waiting for its result")))
+        except OSError:  # a read-only cache: measuring still works, storing says why it did not
+            pass
         yield
-    finally:
-        os.close(fd)  # releases the lock; the file stays (removing it would race with a waiter)
 
 
 def _store(path: Path, result: LatencyModel) -> bool:

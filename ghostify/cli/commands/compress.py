@@ -45,8 +45,8 @@ def compress(
     the budget allows.
 
     Measures a latency model of this machine (cached), prunes heads and FFN neurons across layers to the
-    latency budget by importance, checks the speed-up measured before training (re-allocating once when it
-    misses by more than 5%), distils from the teacher, fine-tunes, exports and measures the shipped model
+    latency budget by importance, checks the speed-up measured before training (re-allocating when it misses
+    by more than 5%, and with --drop-layers/--prune-hidden re-planning them if needed), distils from the teacher, fine-tunes, exports and measures the shipped model
     against MODEL. --max-samples (a data option) overrides the budget's sample count.
     """
     from ...recipe.compress import compress as run_compress
