@@ -115,7 +115,7 @@ def test_a_missed_speedup_is_reallocated_once_with_the_measured_correction(world
                                       teacher=str(world / "model"), say=lines.append)
     assert allocations == [2, pytest.approx(2 * 2.0 / 1.5)]
     assert len(report["attempts"]) == 2
-    assert any("re-allocating once" in line for line in lines)
+    assert any("re-allocating for a predicted" in line for line in lines)
     prune = next(s for s in ran[-1].stages if s.name == "prune")
     assert prune.settings["speedup"] == pytest.approx(2 * 2.0 / 1.5)  # the training runs on the corrected allocation
 
