@@ -157,17 +157,22 @@ def tune_masks(student: nn.Module, teacher: nn.Module, batches: Sequence[dict[st
         chained = _outputs_chain(t_layers, calls[0], first_inputs)
         t_in = [c[0].hidden for c in calls]
         s_in = list(t_in)
+        for c in calls:
+            c[0].hidden = None  # held by t_in (and s_in) alone, so replacing them frees them
+        del first_inputs
         for l, (t_layer, s_layer) in enumerate(zip(t_layers, s_layers)):
             if l > 0 and not chained:
                 t_in = [_input_of(teacher, t_layers[l], b) for b in batches]
                 s_in = [_input_of(student, s_layer, b) for b in batches]
-            targets = [_teacher_sums(adapter, t_layer, calls[i][l], t_in[i]) for i in range(len(batches))]
+            targets = [_teacher_sums(adapter, t_layer, calls[i][l], t_in[i], masks[i]) for i in range(len(batches))]
             reports.append(_tune_attention(adapter, student.config, s_layer, l, calls, s_in, targets, masks, fit,
                                            damping))
             reports.append(_tune_ffn(adapter, s_layer, l, calls, s_in, targets, masks, fit, damping))
             if chained:
                 t_in = [t.output for t in targets]
-                s_in = [calls[i][l].run(s_layer, s_in[i]) for i in range(len(batches))]
+                del targets  # the sums of this layer, before the next layer's are made
+                for i in range(len(batches)):  # in place: one batch's states at a time, not a second list of them
+                    s_in[i] = calls[i][l].run(s_layer, s_in[i])
     result = Tuning(sublayers=reports, distance_before=before)
     if distance is not None:
         result.distance_after = _distance(student, teacher, judged, distance)
@@ -239,7 +244,11 @@ def _layer_calls(model: nn.Module, layers: list[nn.Module],
             hidden = _hidden_of(args, kwargs)
             if b == 0:
                 first_inputs.append(hidden)
-            row.append(LayerCall(args=args, kwargs=dict(kwargs), hidden=None if row else hidden))
+            # the hidden states are dropped from the arguments kept (every layer's, for every example, would be most
+            # of tuning's memory): run() passes the ones it is given in their place
+            kept_args = (None, *args[1:]) if args else ()
+            kept_kwargs = {k: v for k, v in kwargs.items() if k != "hidden_states"}
+            row.append(LayerCall(args=kept_args, kwargs=kept_kwargs, hidden=None if row else hidden))
 
         with _hooks([layer.register_forward_pre_hook(keep, with_kwargs=True) for layer in layers]):
             model(**batch)
@@ -293,14 +302,16 @@ def _attention_block_hook(adapter: ArchitectureAdapter, layer: nn.Module, keep) 
 
 @dataclass
 class _Sums:
-    """The unpruned layer's residual sums after attention and after the FFN, and its output."""
+    """The unpruned layer's residual sums after attention and after the FFN at the real tokens (packed: only
+    they are fitted), and its output (the next layer's input, padding included)."""
 
     attention: torch.Tensor
     ffn: torch.Tensor
     output: torch.Tensor
 
 
-def _teacher_sums(adapter: ArchitectureAdapter, layer: nn.Module, call: LayerCall, hidden: torch.Tensor) -> _Sums:
+def _teacher_sums(adapter: ArchitectureAdapter, layer: nn.Module, call: LayerCall, hidden: torch.Tensor,
+                  mask: torch.Tensor) -> _Sums:
     paths = adapter.paths_for_layer(layer)
     seen: dict[str, torch.Tensor] = {}
     handles = [
@@ -312,7 +323,7 @@ def _teacher_sums(adapter: ArchitectureAdapter, layer: nn.Module, call: LayerCal
     ]
     with _hooks(handles):
         output = call.run(layer, hidden)
-    return _Sums(attention=hidden + seen["o"], ffn=seen["block"] + seen["down"], output=output)
+    return _Sums(attention=(hidden + seen["o"])[mask], ffn=(seen["block"] + seen["down"])[mask], output=output)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -342,7 +353,7 @@ def _tune_attention(adapter: ArchitectureAdapter, config: Any, layer: nn.Module,
         mask = masks[b]
         context = seen["context"][mask].double().view(-1, units, width)  # (tokens, units, width)
         contributions = torch.einsum("tuw,huw->uth", context, per_unit)  # (units, tokens, hidden)
-        target = (targets[b].attention[mask].double() - inputs[b][mask].double() - bias)
+        target = (targets[b].attention.double() - inputs[b][mask].double() - bias)
         _accumulate(problems[0 if fit[b] else 1], contributions, target)
     scales, report = _solve(problems, index, "attention", damping)
     if report.applied:
@@ -376,7 +387,7 @@ def _tune_ffn(adapter: ArchitectureAdapter, layer: nn.Module, index: int, calls:
             call[index].run(layer, inputs[b])
         mask = masks[b]
         activations = seen["activations"][mask].float()  # (tokens, neurons)
-        target = targets[b].ffn[mask].double() - seen["residual"][mask].double() - bias  # (tokens, hidden)
+        target = targets[b].ffn.double() - seen["residual"][mask].double() - bias  # (tokens, hidden)
         problem = problems[0 if fit[b] else 1]
         # the (neurons x neurons) product is most of the work: in float32 per batch (a few hundred tokens: its
         # rounding is far below the damping), summed in float64
