@@ -164,12 +164,14 @@ def _check_one_error(capsys, world: Path, out: Path, args: list[str], expected: 
     return errors[0]
 
 
-@pytest.mark.parametrize("drop_layers", [False, True], ids=["heads-and-neurons", "drop-layers-too"])
-def test_compress_never_advises_a_speedup_it_refuses(drop_layers, world, tmp_path, capsys, monkeypatch):  # noqa: F811
-    """Item 11: with free heads and neurons, "ask for 1 or less"; now what predicts no speed-up, and what to do."""
+@pytest.mark.parametrize(("flag", "drop_layers"), [("--no-drop-layers", False), ("--drop-layers", True), (None, True)],
+                         ids=["heads-and-neurons", "drop-layers-too", "default-budget-trains-so-layers-too"])
+def test_compress_never_advises_a_speedup_it_refuses(flag, drop_layers, world, tmp_path, capsys, monkeypatch):  # noqa: F811
+    """Item 11: with free heads and neurons, "ask for 1 or less"; now what predicts no speed-up, and what to do.
+    Where the budget trains (quick, the default), whole layers are an axis unless --no-drop-layers."""
     _costs(monkeypatch, tmp_path, base_ms=1.0, layer_ms=0.1, head_ms=0.0, neuron_ms=0.0)
     out = tmp_path / "runs" / "out"  # the cache is beside runs/
-    args = _fill([*COMPRESS, "--speedup", "1.5", *(["--drop-layers"] if drop_layers else [])], world, out)
+    args = _fill([*COMPRESS, "--speedup", "1.5", *([flag] if flag else [])], world, out)
     error = _check_one_error(capsys, world, out, args, "the latency model predicts no speed-up from pruning heads and "
                              "FFN neurons (at most 1.00x" if not drop_layers else "predicts no speed-up")
     assert "ask for" not in error and "--refresh" in error

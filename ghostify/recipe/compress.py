@@ -151,18 +151,21 @@ def _check_reachable(model: str, deployment: Deployment, speedup: float, drop_la
     runs. The latency model comes from this machine's cache, or is measured into it now: the latency stage then
     reads it from there, and a refusal leaves nothing in OUT."""
     from ..steps import latency as latency_of
+    from ..steps.latency_plan import structural_axes
 
+    can_drop, can_cut = structural_axes(model, layers=True, hidden=True)  # what this model's structure allows
     latency = latency_of(model, runtime=deployment.runtime, batch_size=deployment.batch_size,
                          seq_len=deployment.seq_len, threads=deployment.threads, progress=say)
     g = latency.geometry
     layers = range(g.num_layers)
     measured = [row["hidden"] for row in latency.probes if row.get("hidden")]
-    narrowest = min(measured) if hidden and measured else None
+    narrowest = min(measured) if hidden and can_cut and measured else None
     fastest = latency.fastest_ms([g.num_heads for _ in layers], [g.ffn_size for _ in layers],
-                                 droppable=layers if drop_layers else (), hidden=narrowest)
+                                 droppable=layers if drop_layers and can_drop else (), hidden=narrowest)
     best = latency.dense_ms() / fastest
-    axes = [flag for flag, on in (("whole layers (--drop-layers)", drop_layers),
-                                  ("residual channels (--prune-hidden)", hidden or not latency.predicts_hidden)) if not on]
+    axes = [flag for flag, off in (("whole layers (--drop-layers)", can_drop and not drop_layers),
+                                   ("residual channels (--prune-hidden)", can_cut and not hidden
+                                    and latency.predicts_hidden)) if off]
     more = f", or let {' or '.join(axes)} go" if axes else ""
     if math.floor(best * 10) / 10 <= 1:  # "ask for 1 or less" would advise what compress refuses
         raise GhostifyError(f"--speedup {speedup:g} is out of reach on {latency.deployment.describe()}: the latency model "
@@ -197,7 +200,7 @@ def compress(
     task_settings: TaskSettings = TaskSettings(),
     teacher: str | os.PathLike | None = None,
     ghosts: bool = CompressDefaults.ghosts,
-    drop_layers: bool = CompressDefaults.drop_layers,
+    drop_layers: bool | None = CompressDefaults.drop_layers,
     prune_hidden: bool | None = None,
     budget: str = CompressDefaults.budget,
     epochs: int | None = None,
@@ -241,6 +244,7 @@ def compress(
     check_disjoint([out], [(label, str(path)) for label, path in (("model", model), ("teacher", teacher),
                                                                    ("dataset", data.dataset)) if path is not None])
     hidden_axis = _hidden_axis(prune_hidden, chosen, data, task_settings, say)
+    drop_layers = chosen.trains if drop_layers is None else drop_layers  # see CompressDefaults.drop_layers
     _check_reachable(model, deployment, speedup, drop_layers, say, hidden_axis)  # before any stage runs or OUT is written
     if fine_tunes_teacher:
         say(f"{model} has no trained head for task {data.task}: a teacher is fine-tuned first")

@@ -54,6 +54,21 @@ def plan_structure(model: str | os.PathLike, importance: str | os.PathLike, late
                             hidden=None if width == costs.geometry.hidden_size else width)
 
 
+def structural_axes(model: str | os.PathLike, *, layers: bool, hidden: bool) -> tuple[bool, bool]:
+    """Which of the asked axes ``model``'s structure allows: whole layers (not where layers are shared) and
+    residual channels (not in a family whose hidden size cannot be cut); :func:`plan_structure` plans with these."""
+    config = load_config(model)
+    record = read_record(config)
+    if layers:
+        try:
+            check_droppable(get_adapter(config), config, record)
+        except GhostifyError:
+            layers = False
+    if hidden:
+        hidden = refusal(config, record.entry("hidden") if record is not None else None) is None
+    return layers, hidden
+
+
 def predicted_speedup(model: str | os.PathLike, latency: str | os.PathLike) -> float:
     """The speed-up the latency model (a file or directory) predicts for the checkpoint ``model`` over the dense
     model it was cut from: its kept layers, heads and neurons, at the residual channels it keeps."""
@@ -70,4 +85,4 @@ def plan_layers(model: str | os.PathLike, importance: str | os.PathLike, latency
     return plan_structure(model, importance, latency, speedup, layers=True, hidden=False, criterion=criterion)
 
 
-__all__ = ["plan_layers", "plan_structure"]
+__all__ = ["plan_layers", "plan_structure", "structural_axes"]

@@ -33,7 +33,7 @@ def compress(
     teacher: Annotated[Optional[str], typer.Option("--teacher", help="A fine-tuned teacher (default: MODEL when it has a head for the task; else one is fine-tuned from MODEL first).", show_default=False)] = None,
     ghosts: Annotated[bool, typer.Option("--ghosts/--no-ghosts", help="Attach ghost modules after pruning (off: they did not pay in benchmarks/studies).")] = CompressDefaults.ghosts,
     prune_hidden: Annotated[Optional[bool], typer.Option("--prune-hidden/--no-prune-hidden", help="Let the allocation cut residual channels too (prune-hidden before prune). Default: on where the budget trains and the task's outputs keep their shape (not for sentence embeddings, whose width it is).", show_default=False)] = None,
-    drop_layers: Annotated[bool, typer.Option("--drop-layers/--no-drop-layers", help="Let the allocation remove whole layers too, where a layer's score per ms saved is below its heads' and neurons' (drop-layers before prune).")] = CompressDefaults.drop_layers,
+    drop_layers: Annotated[Optional[bool], typer.Option("--drop-layers/--no-drop-layers", help="Let the allocation remove whole layers too, where a layer's score per ms saved is below its heads' and neurons' (drop-layers before prune). Default: on where the budget trains (not for shared layers).", show_default=False)] = CompressDefaults.drop_layers,
     budget: Annotated[str, typer.Option("--budget", help=" or ".join(f"{name} ({b.describe()})" for name, b in BUDGETS.items()) + "; --max-samples, --epochs and --importance-samples override it.")] = CompressDefaults.budget,
     epochs: Annotated[Optional[int], typer.Option("--epochs", min=1, help="Epochs of every training stage (default: the budget's).", show_default=False)] = None,
     importance_samples: Annotated[Optional[int], typer.Option("--importance-samples", min=1, help="Examples that score heads and neurons (default: the budget's).", show_default=False)] = None,
@@ -44,10 +44,10 @@ def compress(
     """Make MODEL N times faster on this machine, in the runtime it ships in, losing as little accuracy as
     the budget allows.
 
-    Measures a latency model of this machine (cached), prunes heads and FFN neurons across layers to the
-    latency budget by importance, checks the speed-up measured before training (re-allocating when it misses
-    by more than 5%, and with --drop-layers/--prune-hidden re-planning them if needed), distils from the teacher, fine-tunes, exports and measures the shipped model
-    against MODEL. --max-samples (a data option) overrides the budget's sample count.
+    Measures a latency model of this machine (cached), prunes heads, FFN neurons and (where the budget trains)
+    whole layers and residual channels to the latency budget by importance, checks the speed-up measured before
+    training (re-allocating when it misses by more than 5%), distils from the teacher, fine-tunes, exports and
+    measures the shipped model against MODEL. --max-samples (a data option) overrides the budget's sample count.
     """
     from ...recipe.compress import compress as run_compress
 
