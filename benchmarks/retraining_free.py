@@ -89,6 +89,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, of {', '.join(TASKS)}")
     p.add_argument("--speedups", default="1.5,2,3", help="target speed-ups (phase none)")
     p.add_argument("--phase", choices=["none", "quick"], default="none")
+    p.add_argument("--arms", default="", help="phase none: only these arms (comma-separated; default every arm)")
     p.add_argument("--quick-speedup", type=float, default=2.0)
     p.add_argument("--seeds", default="0,1,2", help="phase quick: the training seeds")
     p.add_argument("--importance-samples", type=int, default=2048)
@@ -230,6 +231,8 @@ def run_none(args, name: str, rows: list[dict[str, Any]]) -> None:
     latency = latency_model(args, model)
     for speedup in args.speedups:
         for arm in arms_for(args, speedup, latency):
+            if args.arms and arm.name not in args.arms.split(","):
+                continue
             if find(rows, task=name, arm=arm.name, speedup=speedup, phase="none") is not None:
                 continue
             out = args.work / name / f"x{speedup:g}" / arm.name
