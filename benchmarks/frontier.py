@@ -263,8 +263,7 @@ def budget_section(args, rows: list[dict[str, Any]]) -> list[str]:
         lines += [f"### {name} (teacher {t:.1f})", "", common.markdown_table(["target", *ARMS], table), ""]
         flops = []
         for r in rows:
-            if r["task"] == name and r.get("seed") == 0 and "refused" not in r and r["arm"] in ("uniform", "all",
-                                                                                               "heads+neurons"):
+            if r["task"] == name and r.get("seed") == 0 and "refused" not in r and r["arm"] in ARMS:
                 ratio = r["flops"]["teacher"] / r["flops"]["compressed"]
                 flops.append([f"{r['target']:g}x", r["arm"], f"{ratio:.2f}x", f"{r['measured_speedup']:.2f}x",
                               f"{r['measured_speedup'] / ratio:.2f}", r.get("hidden", "-")])
