@@ -153,9 +153,9 @@ def _check_reachable(model: str, deployment: Deployment, speedup: float, drop_la
     from ..steps import latency as latency_of
     from ..steps.latency_plan import structural_axes
 
-    can_drop, can_cut = structural_axes(model, layers=True, hidden=True)  # what this model's structure allows
     latency = latency_of(model, runtime=deployment.runtime, batch_size=deployment.batch_size,
                          seq_len=deployment.seq_len, threads=deployment.threads, progress=say)
+    can_drop, can_cut = structural_axes(model, layers=True, hidden=True)  # what this model's structure allows
     g = latency.geometry
     layers = range(g.num_layers)
     measured = [row["hidden"] for row in latency.probes if row.get("hidden")]
