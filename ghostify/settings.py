@@ -233,6 +233,27 @@ class DistillWeights:
             raise GhostifyError("every distillation loss weight is 0; give at least one a positive weight")
 
 
+@dataclass(frozen=True)
+class TeacherStoreSettings:
+    """Where a training command keeps its teacher's outputs once computed (``ghostify.training.teacher_store``):
+    in ``teacher_store`` (shared by the runs and stages that name it: compress's distill and fine-tune stages
+    do), else inside ``OUT.partial`` for this run alone, where the teacher is read in more than one epoch; at
+    most ``teacher_store_gb`` GiB of them (0: none, the teacher runs at every step)."""
+
+    teacher_store: str | None = None
+    teacher_store_gb: float = 4.0
+
+    def validate(self) -> None:
+        value = self.teacher_store_gb
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+            raise GhostifyError(f"--teacher-store-gb {value!r} must be a size in GiB, 0 or more (0: no store, the "
+                                "teacher runs at every step), e.g. 4")
+
+    def wanted(self, epochs: int) -> bool:
+        """Whether a run of ``epochs`` keeps a store: a named one always, its own where epochs reuse it."""
+        return self.teacher_store_gb > 0 and (self.teacher_store is not None or epochs > 1)
+
+
 # ---- each command's own options ---------------------------------------------------------------------
 # Their defaults, declared once: the step's signature (``ghostify.steps``) names the field, and so
 # does the CLI option (``ghostify.cli.commands``), which needs the value for ``--help`` before torch
@@ -363,4 +384,4 @@ class CompressDefaults:
 
 
 __all__ = ["AugmentDefaults", "BUDGETS", "BenchDefaults", "Budget", "CompressDefaults", "DataSettings", "DistillWeights", "ExportDefaults", "FinetuneWeights", "ImportanceDefaults",
-           "InfoDefaults", "LatencyDefaults", "StudentSettings", "TaskSettings", "TrainSettings"]
+           "InfoDefaults", "LatencyDefaults", "StudentSettings", "TaskSettings", "TeacherStoreSettings", "TrainSettings"]

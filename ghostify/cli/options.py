@@ -75,6 +75,9 @@ SETTING_OPTIONS: dict[str, Any] = {
     "warmup_ratio": WarmupRatio, "max_grad_norm": MaxGradNorm, "gradient_accumulation_steps": GradientAccumulation,
     "mixed_precision": MixedPrecision, "seed": Seed, "checkpoint_steps": CheckpointSteps,
     "report_to": Annotated[str | None, typer.Option("--report-to", help="Also log losses, learning rates and evaluations to these experiment trackers (comma-separated: tensorboard, wandb, mlflow; Accelerate's), under OUT/runs/.", show_default=False)],
+    # TeacherStoreSettings
+    "teacher_store": Annotated[str | None, typer.Option("--teacher-store", help="Keep the teacher's outputs here once computed (hidden states, logits; float16, real tokens only), for every later epoch and for any run or stage given the same directory (a cache: delete it freely). Default: inside OUT.partial for this run, when it reads the teacher in more than one epoch.", show_default=False)],
+    "teacher_store_gb": Annotated[float, typer.Option("--teacher-store-gb", min=0.0, help="The most the teacher store may hold, in GiB; rows beyond it are computed at every visit (0: no store).")],
     # StudentSettings
     "train": Train, "dropout": Dropout, "attention_dropout": AttentionDropout,
     # FinetuneWeights

@@ -103,6 +103,41 @@ def load_split(
     return TaskData(dataset=dataset, split=split, task=task, rows=rows, has_labels=has_labels)
 
 
+def load_unlabelled(path: str, task: TaskPreset) -> TaskData:
+    """Every row of a user's own in-domain text (``distill --unlabelled``), labels unread: a data file with the
+    task's input columns (.csv, .tsv, .json, .jsonl, .parquet), or for a task that reads one column a .txt
+    file of one text per line (for token classification, its words split at white space)."""
+    import datasets
+
+    source = Path(path).expanduser()
+    columns = task.input_columns
+    if not source.is_file():
+        raise DataError(f"--unlabelled {path} is not a file; give a .txt file of one text per line, or a data file "
+                        f"(.csv, .tsv, .json, .jsonl, .parquet) with the column(s) {', '.join(columns)}")
+    if source.suffix == ".txt":
+        if len(columns) != 1:
+            raise DataError(f"--unlabelled {path} is a text file of one text per line, but task {task.name} reads "
+                            f"{len(columns)} columns ({', '.join(columns)}): give a data file (.csv, .jsonl, ...) "
+                            "with those columns")
+        texts = [row["text"] for row in _text_lines(source, path, "train")]
+        values = [text.split() for text in texts] if task.kind == "tokens" else texts
+        rows = datasets.Dataset.from_dict({columns[0]: values})
+        place: Callable[[int], str] = lambda i: f"line {i + 1} of {path}"  # noqa: E731
+    elif source.suffix.lower() in DATA_FILES:
+        read = read_data_file(source, path)
+        rows, place = read.rows, read.place
+        missing = [c for c in columns if c not in rows.column_names]
+        if missing:
+            raise DataError(f"--unlabelled {path} has no column {missing[0]!r} (columns: {', '.join(rows.column_names)}"
+                            f"); task {task.name} reads {', '.join(columns)}")
+        rows = rows.select_columns(list(columns))
+    else:
+        raise DataError(f"--unlabelled {path}: a {source.suffix or 'file without an extension'} is not a kind of file "
+                        "ghostify reads; give .txt (one text per line), .csv, .tsv, .json, .jsonl or .parquet")
+    rows = usable_rows(rows, task, dataset=path, split="train", labels=False, place=place)
+    return TaskData(dataset=path, split="train", task=task, rows=rows, has_labels=False)
+
+
 def _read(dataset: str, task: TaskPreset, split: str, *, held_out: bool = True) -> tuple[Any, Callable[[int], str]]:
     """The split as a datasets.Dataset, and where its row ``i`` is, in words. A ``save_to_disk``
     directory is read into memory: a dataset mapped from its own files would write its ``.map()``

@@ -16,7 +16,8 @@ from ..flatten import flat_settings
 from ..methods.references import check_reference_family
 from ..methods import by_name
 from ..seeding import seed_everything
-from ..settings import DataSettings, DistillWeights, StudentSettings, TaskSettings, TrainSettings
+from ..settings import (DataSettings, DistillWeights, StudentSettings, TaskSettings, TeacherStoreSettings,
+                        TrainSettings)
 from ..training.layer_map import build_layer_map, kept_layers
 from ..training.loop import TrainResult, partial_dir
 from ..training.loop import train as run_training
@@ -24,7 +25,8 @@ from ..training.objectives import DistillObjective
 from ..training.sharding import launched_engine
 from ..training.reference_distill import ReferenceDistillObjective, check_reference_options, prepare_references
 from .common import check_max_length, check_same_tokenizer
-from .training_common import plain_arguments, set_trainable, student_saver, task_inputs, task_kind
+from .training_common import (check_store, keep_teacher_outputs, plain_arguments, set_trainable, student_saver,
+                              task_inputs, task_kind)
 
 #: RefBERT's settings (``--references``, ``--reference-delta``), declared by the method
 REFERENCES = by_name("references").settings
@@ -42,13 +44,16 @@ def distill(
     references: bool = REFERENCES.references,
     reference_delta: float = REFERENCES.reference_delta,
     layer_map: str | None = None,
+    unlabelled: str | os.PathLike | None = None,
     student_settings: StudentSettings = StudentSettings(),
     training: TrainSettings = TrainSettings(),
+    store: TeacherStoreSettings = TeacherStoreSettings(),
     resume: bool = False,
     overwrite: bool = False,
     on_step: Callable[[int], None] | None = None,
 ) -> TrainResult:
-    """Distill ``teacher`` into ``student`` on ``data``'s training texts (labels are not used).
+    """Distill ``teacher`` into ``student`` on ``data``'s training texts (labels are not used), and on the texts of
+    the file ``unlabelled`` when given (``--max-samples`` then draws from both).
 
     With ``losses.logit_weight > 0`` the student is evaluated after every epoch and the best one
     kept; otherwise the last one is written. Projections between different hidden sizes are saved in
@@ -57,23 +62,30 @@ def distill(
     ``student_settings`` choose what trains and replace the student's dropout probabilities.
     ``references`` (RefBERT): the student's first layer also attends to the teacher's pre-computed
     representations of the most similar other training example, with weights shifted by
-    ``reference_delta``; the store is saved in the output (``references.safetensors``). Any field
+    ``reference_delta``; the store is saved in the output (``references.safetensors``). ``store``: where the
+    teacher's outputs are kept once computed (:class:`~ghostify.settings.TeacherStoreSettings`). Any field
     of the settings may instead be given as a flat keyword (``task="sst2", logit_weight=1.0``).
 
     Example:
         >>> distill("out/teacher", "out/ghost", "out/distilled", data=DataSettings(task="sst2"),
         ...         losses=DistillWeights(attention_weight=1.0), training=TrainSettings(epochs=1))  # doctest: +SKIP
     """
-    for settings in (training, losses, student_settings, data, task_settings):
+    for settings in (training, losses, student_settings, data, task_settings, store):
         settings.validate()
     check_reference_options(references, reference_delta, losses.sop_weight)
     if references and launched_engine() is not None:
         raise GhostifyError("--references (RefBERT) is not supported under an FSDP or DeepSpeed launch config: the "
                             "reference store is refitted on the whole student when it is saved; distill with "
                             "data parallelism (accelerate launch --multi_gpu) or without --references")
-    inputs = (("--teacher", teacher), ("--student", student), ("--dataset", data.dataset))
+    if unlabelled is not None and (references or losses.sop_weight > 0):
+        raise GhostifyError(f"--unlabelled {unlabelled} adds texts without {'references' if references else 'segment order'}"
+                            f"; distill with {'--no-references' if references else '--sop-weight 0'}, or without "
+                            "--unlabelled")
+    inputs = (("--teacher", teacher), ("--student", student), ("--dataset", data.dataset),
+              ("--unlabelled", unlabelled))
     check_output_dir(output, overwrite=overwrite or resume, inputs=inputs)
     check_disjoint([partial_dir(Path(output))], inputs)  # where the run's state lives meanwhile
+    check_store(store, output, inputs)
     check_max_length(data.max_length, teacher, student)
     check_same_tokenizer(teacher, student)  # before any model is loaded or OUT.partial made
     if references:
@@ -86,7 +98,7 @@ def distill(
     seed_everything(training.seed)  # before new heads, projections, the SOP classifier and the reference map are drawn
     evaluate = losses.logit_weight > 0 and kind.evaluates_while_training()
     task = task_inputs(student, data, task_settings, seed=training.seed, evaluate=evaluate, require_labels=False,
-                       sop=losses.sop_weight > 0)
+                       sop=losses.sop_weight > 0, unlabelled=None if unlabelled is None else str(unlabelled))
     teacher_model = task.kind.load(teacher, role="teacher", need_trained_head=losses.logit_weight > 0)
     student_model = task.kind.load(student, role="student", need_trained_head=False, dropout=student_settings.dropout,
                                    attention_dropout=student_settings.attention_dropout)
@@ -97,20 +109,25 @@ def distill(
     set_trainable(student_model, student_settings.train)
     mapping = build_layer_map(_depth(student_model), _depth(teacher_model), layer_map,
                               kept=kept_layers(student_model, _depth(teacher_model)))  # a drop-layers student
+    # where a store keeps the teacher's outputs, its logits go in too (free: the teacher computes them) for a
+    # fine-tune with the same teacher and store to read; not those of a head the teacher was never trained with
+    keep_outputs = store.wanted(training.epochs) and task.kind.head_labels(load_config(teacher)) is not None
     objective = DistillObjective(student_model, teacher_model, weights=losses, layer_map=mapping,
-                                 kind=task.kind) if not references else \
+                                 kind=task.kind, keep_outputs=keep_outputs) if not references else \
         ReferenceDistillObjective(student_model, teacher_model, weights=losses, layer_map=mapping,
-                                  kind=task.kind, references=reference_module)
+                                  kind=task.kind, references=reference_module, keep_outputs=keep_outputs)
+    train_rows, collate = keep_teacher_outputs(objective, train_rows, task.collate, teacher, store, training.epochs)
     # the history's flat keys, as the CLI flags name them
     arguments: dict[str, Any] = {
         "teacher": str(teacher), "student": str(student), "task": task.preset.name, "dataset": task.identity["dataset"],
         "layer_map": mapping.describe(), "train": student_settings.train, "max_samples": data.max_samples,
+        **({"unlabelled": str(unlabelled)} if unlabelled is not None else {}),
         "max_length": data.max_length, "dropout": student_settings.dropout,
         "attention_dropout": student_settings.attention_dropout,
         **({"references": True, "reference_delta": reference_delta} if references else {}),
-        **asdict(losses), **asdict(training),
+        **asdict(losses), **asdict(training), **asdict(store),
     }
-    return run_training(objective, train_rows, task.collate, training, output,
+    return run_training(objective, train_rows, collate, training, output,
                         student_saver(student_model, "distill", arguments, student), evaluation=task.evaluation,
                         identity={**task.identity, "arguments": plain_arguments(arguments)},
                         resume=resume, overwrite=overwrite, on_step=on_step, describe="distill")

@@ -12,12 +12,14 @@ from ..errors import GhostifyError
 from ..files import check_disjoint, check_output_dir
 from ..flatten import flat_settings
 from ..seeding import seed_everything
-from ..settings import DataSettings, FinetuneWeights, StudentSettings, TaskSettings, TrainSettings
+from ..settings import (DataSettings, FinetuneWeights, StudentSettings, TaskSettings, TeacherStoreSettings,
+                        TrainSettings)
 from ..training.loop import TrainResult, partial_dir
 from ..training.loop import train as run_training
 from ..training.objectives import FinetuneObjective
 from .common import check_max_length, check_same_tokenizer
-from .training_common import plain_arguments, set_trainable, student_saver, task_inputs, task_kind
+from .training_common import (check_store, keep_teacher_outputs, plain_arguments, set_trainable, student_saver,
+                              task_inputs, task_kind)
 
 
 @flat_settings
@@ -31,13 +33,15 @@ def finetune(
     losses: FinetuneWeights = FinetuneWeights(),
     student_settings: StudentSettings = StudentSettings(),
     training: TrainSettings = TrainSettings(),
+    store: TeacherStoreSettings = TeacherStoreSettings(),
     resume: bool = False,
     overwrite: bool = False,
     on_step: Callable[[int], None] | None = None,
 ) -> TrainResult:
     """Fine-tune ``model`` on ``data``'s task: cross-entropy (MSE for regression), evaluating on the
     validation split after every epoch and keeping the best checkpoint. With a ``teacher``, its
-    soft targets are mixed in as ``losses`` say. ``student_settings`` choose what trains and replace
+    soft targets are mixed in as ``losses`` say, kept once computed as ``store`` says
+    (:class:`~ghostify.settings.TeacherStoreSettings`). ``student_settings`` choose what trains and replace
     the model's dropout probabilities (the trained model is saved with them). Any field of the
     settings may instead be given as a flat keyword (``task="sst2", epochs=2``): the names of the
     CLI flags and recipe keys.
@@ -46,7 +50,7 @@ def finetune(
         >>> finetune("out/ghost", "out/tuned", data=DataSettings(task="sst2"), teacher="out/teacher",
         ...          training=TrainSettings(epochs=2))  # doctest: +SKIP
     """
-    for settings in (training, losses, student_settings, data, task_settings):
+    for settings in (training, losses, student_settings, data, task_settings, store):
         settings.validate()
     kind = task_kind(data, task_settings)
     if kind.can_finetune():
@@ -54,6 +58,7 @@ def finetune(
     inputs = (model, ("--teacher", teacher), ("--dataset", data.dataset))
     check_output_dir(output, overwrite=overwrite or resume, inputs=inputs)
     check_disjoint([partial_dir(Path(output))], inputs)  # where the run's state lives meanwhile
+    check_store(store, output, inputs)
     check_max_length(data.max_length, model, teacher)
     if teacher is not None:
         check_same_tokenizer(teacher, model)  # before any model is loaded or OUT.partial made
@@ -67,13 +72,16 @@ def finetune(
         teacher_model = task.kind.load(teacher, role="teacher", need_trained_head=True)
     objective = FinetuneObjective(trained, task.kind, teacher=teacher_model, teacher_weight=losses.teacher_weight,
                                   temperature=losses.temperature)
+    rows, collate = task.train_rows, task.collate
+    if teacher is not None:
+        rows, collate = keep_teacher_outputs(objective, rows, collate, teacher, store, training.epochs)
     # the history's flat keys, as the CLI flags name them
     arguments: dict[str, Any] = {
         "model": str(model), "task": task.preset.name, "dataset": task.identity["dataset"], "teacher": teacher,
         **asdict(losses), **asdict(student_settings), "max_samples": data.max_samples, "max_length": data.max_length,
-        **asdict(training),
+        **asdict(training), **asdict(store),
     }
-    return run_training(objective, task.train_rows, task.collate, training, output,
+    return run_training(objective, rows, collate, training, output,
                         student_saver(trained, "finetune", arguments, model), evaluation=task.evaluation,
                         identity={**task.identity, "model": str(model), "teacher": str(teacher),
                                   "arguments": plain_arguments(arguments)},

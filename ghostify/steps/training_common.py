@@ -12,16 +12,18 @@ import torch
 from torch import nn
 
 from ..checkpoint import load_config, model_record, write_checkpoint
-from ..data import TaskPreset, load_split, resolve_task
+from ..data import TaskData, TaskPreset, load_split, load_unlabelled, resolve_task
 from ..data.readers import is_data_file
 from ..data.sop import add_sop_inputs, sop_collator
 from ..errors import GhostifyError
+from ..files import check_disjoint
 from ..flatten import flat_settings
 from ..methods.ghost import freeze_except_ghosts
 from ..record import history_entry
-from ..settings import DataSettings, TaskSettings, check_train_mode
+from ..settings import DataSettings, TaskSettings, TeacherStoreSettings, check_train_mode
 from ..tasks import TaskKind, dataset_for, kind_for
-from ..training.loop import Evaluation, process_count
+from ..training.loop import Evaluation, Objective, process_count
+from ..training.teacher_store import TeacherStore, keyed_collator, with_keys
 from .common import load_tokenizer
 
 PROJECTIONS_NAME = "distill_projections.safetensors"
@@ -57,9 +59,12 @@ def task_inputs(
     evaluate: bool,
     require_labels: bool = True,
     sop: bool = False,
+    unlabelled: str | None = None,
 ) -> TaskInputs:
     """The tokenised training rows of ``data`` (with sentence-order-prediction inputs when ``sop``),
-    the validation set when ``evaluate``, and the collator, as the task's kind encodes them."""
+    the validation set when ``evaluate``, and the collator, as the task's kind encodes them. ``unlabelled``: a
+    file of more text (:func:`~ghostify.data.load_unlabelled`), read with the training split's text, labels
+    unread; ``--max-samples`` then draws from both."""
     kind = task_kind(data, task_settings).for_model(load_config(tokenizer_source))
     dataset = dataset_for(kind.preset, data.dataset)
     if sop and kind.name != "classification":
@@ -69,9 +74,11 @@ def task_inputs(
         raise GhostifyError(f"--sop-weight cuts each text into two segments, not its --chunks windows: distill with "
                             "--sop-weight 0, or leave --chunks unset")
     tokenizer = load_tokenizer(tokenizer_source)
-    train = load_split(dataset, kind.preset, "train", max_samples=data.max_samples, seed=seed,
+    train = load_split(dataset, kind.preset, "train", max_samples=None if unlabelled else data.max_samples, seed=seed,
                        require_labels=require_labels)
     preset = kind.with_data(train)
+    if unlabelled is not None:
+        train = with_unlabelled(train, load_unlabelled(unlabelled, preset), data.max_samples, seed)
     evaluation = None
     if evaluate:
         evaluation = kind.evaluation(load_split(dataset, preset, preset.validation_split,
@@ -89,6 +96,22 @@ def task_inputs(
         collate=collate,
         identity={"dataset": str(dataset), "task": preset.name, "train": train.describe()},
     )
+
+
+def with_unlabelled(train: TaskData, extra: TaskData, max_samples: int | None, seed: int) -> TaskData:
+    """The training split's texts followed by ``extra``'s, without labels (a seeded subset of ``max_samples`` of
+    them all)."""
+    import datasets
+
+    columns = list(train.task.input_columns)
+    ours = train.rows.select_columns(columns)
+    # the same column types (a CSV's strings and a text file's differ in width)
+    theirs = extra.rows.select_columns(columns).cast(ours.features)
+    rows = datasets.concatenate_datasets([ours, theirs])
+    if max_samples is not None and max_samples < len(rows):
+        rows = rows.shuffle(seed=seed).select(range(max_samples))
+    return TaskData(dataset=f"{train.dataset} + {extra.dataset}", split="train", task=train.task, rows=rows,
+                    has_labels=False)
 
 
 def plain_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -114,6 +137,24 @@ def student_saver(student: nn.Module, command: str, arguments: dict[str, Any], t
         write_checkpoint(student, directory, record, tokenizer_source=tokenizer_source, extra_files=files, state=state)
 
     return save
+
+
+def check_store(store: TeacherStoreSettings, output: str | os.PathLike, inputs: tuple[Any, ...]) -> None:
+    """The store is written: refuse one that is, holds or lies inside an input or the output."""
+    store.validate()
+    if store.teacher_store is not None:
+        check_disjoint([store.teacher_store], (*inputs, ("output", output)), flag="--teacher-store")
+
+
+def keep_teacher_outputs(objective: Objective, rows: Any, collate: Any, teacher: str | os.PathLike,
+                         store: TeacherStoreSettings, epochs: int) -> tuple[Any, Any]:
+    """Give ``objective`` a teacher store where the settings want one (:meth:`TeacherStoreSettings.wanted`) and
+    the objective can use it: the rows then carry their keys through ``collate``. Returns the rows and collator
+    training reads."""
+    if not store.wanted(epochs) or not getattr(objective, "storable", True):
+        return rows, collate
+    objective.store = TeacherStore(store.teacher_store, teacher, cap_bytes=int(store.teacher_store_gb * 2**30))
+    return with_keys(rows), keyed_collator(collate)
 
 
 def set_trainable(model: nn.Module, train: str) -> None:

@@ -120,6 +120,9 @@ class TaskKind(ABC):
 
     #: the batch keys that are targets, not model inputs
     targets: tuple[str, ...] = ("labels",)
+    #: the fields of a model's output that :meth:`teacher_loss` reads, each with whether it is per token (what
+    #: the teacher store keeps of a teacher's output: ``ghostify.training.teacher_store``)
+    teacher_outputs: dict[str, bool] = {"logits": False}
 
     @abstractmethod
     def per_example_loss(self, output: Any, batch: dict[str, torch.Tensor], *, label_free: bool,

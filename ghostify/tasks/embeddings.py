@@ -112,6 +112,8 @@ class Embeddings(TaskKind):
         noise = torch.randn(e.shape, generator=generator).to(e.device)
         return 0.5 * (e - (e.detach() + noise)).square().sum(-1)
 
+    teacher_outputs = {"last_hidden_state": True}
+
     def teacher_loss(self, student, teacher, batch, temperature):
         s, t = self.embedding(student, batch, "student"), self.embedding(teacher, batch, "teacher")
         loss = s.new_zeros(())

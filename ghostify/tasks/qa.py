@@ -121,6 +121,8 @@ class QuestionAnswering(TaskKind):
     def task_loss(self, output, batch):
         return self.per_example_loss(output, batch, label_free=False, generator=None).mean()
 
+    teacher_outputs = {"start_logits": True, "end_logits": True}
+
     def teacher_loss(self, student, teacher, batch, temperature):
         """Soft cross-entropy of the start and of the end distributions (padding excluded), averaged."""
         mask = batch["attention_mask"] == 0

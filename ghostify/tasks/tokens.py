@@ -142,6 +142,8 @@ class TokenClassification(TaskKind):
         logits = output.logits.float()
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1), ignore_index=IGNORE)
 
+    teacher_outputs = {"logits": True}
+
     def teacher_loss(self, student, teacher, batch, temperature):
         """Soft cross-entropy per real token, averaged over them."""
         mask = batch["attention_mask"].bool()

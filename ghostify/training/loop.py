@@ -38,6 +38,7 @@ from .baseline import ConstantBaseline
 from .metrics import compute_metrics
 from .progress import TrainingProgress
 from .sharding import Sharding, end_run, make_accelerator, split_state
+from .teacher_store import RUN_STORE, TeacherStore
 
 #: where the experiment trackers' logs go inside the output (``--report-to``)
 TRACKER_DIR = "runs"
@@ -101,6 +102,9 @@ class Objective(nn.Module):
     #: True when a step may leave trained weights without a gradient (a loss that never reaches the task
     #: head): data parallelism then looks for them after each backward instead of waiting for them
     may_leave_weights_unused: bool = False
+    #: where the teacher's outputs are kept once computed (None: the teacher runs at every step); the loop
+    #: opens it, or drops it where several processes train (each would see other rows)
+    store: TeacherStore | None = None
 
     @property
     def teacher(self) -> nn.Module | None:
@@ -211,6 +215,7 @@ def train(
     )
     main = accelerator.is_main_process
     sharding: Sharding | None = None
+    store = objective.store
     try:
         sharding = Sharding(accelerator)
         world = accelerator.num_processes
@@ -233,6 +238,13 @@ def train(
             work.mkdir(parents=True)
             (work / "run.json").write_text(json.dumps(fingerprint))
         accelerator.wait_for_everyone()
+        store_note: dict[str, Any] | None = None
+        if store is not None and world > 1:
+            # each process sees its own rows: a store per process would fill no faster than computing them
+            objective.store, store = None, None
+            store_note = {"store": f"off: the teacher runs at every step under {world} processes"}
+        elif store is not None:
+            store.open(work / RUN_STORE)
 
         set_seed(settings.seed)
         # a loader of its own generator: starting an iterator must not draw from the global RNG,
@@ -296,6 +308,8 @@ def train(
 
         def save_state() -> None:
             _save_state(accelerator, work, progress, sharding.name)
+            if store is not None:  # what the state's steps computed stays: a resumed run reads it back
+                store.flush()
 
         def save_checkpoint(directory: Path) -> None:
             """The student (and the objective's extra tensors) as a checkpoint in ``directory``, written by
@@ -361,6 +375,9 @@ def train(
         baseline = _against_baseline(evaluation, progress.best, settings) if main else None
         if trackers:
             _finish_trackers(accelerator)  # their files are closed before they move into the output
+        if store is not None:
+            store_note = store.summary()
+            store.close()
         accelerator.wait_for_everyone()
         best = evaluation is not None and (work / "best").is_dir()
         last = sharding.gather(objective) if not best else None  # every process sends its shards
@@ -381,13 +398,16 @@ def train(
                     {"steps": progress.step, "best": progress.best, "best_step": progress.best_step,
                      "evaluations": progress.history, "learning_rates": rates, "processes": world,
                      "engine": sharding.name,
-                     **({"constant_baseline": baseline} if baseline is not None else {}), **fingerprint}, indent=2))
+                     **({"constant_baseline": baseline} if baseline is not None else {}),
+                     **({"teacher_outputs": store_note} if store_note is not None else {}), **fingerprint}, indent=2))
                 write_model_card(tmp)  # the card again, now with training.json's evaluations
             remove_tree(work)
         accelerator.wait_for_everyone()
         return TrainResult(output, progress.step, progress.best, progress.history, time.perf_counter() - started,
                            rates, processes=world, engine=sharding.name, constant_baseline=baseline)
     finally:
+        if store is not None:
+            store.close()
         if sharding is not None:
             sharding.close()
         end_run(accelerator, partial_type)

@@ -4,10 +4,12 @@ wrapped for data-parallel training, and runs in eval mode without gradients."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 from torch import nn
+from transformers.utils import ModelOutput
 
 from ..architectures import get_adapter
 from ..checkpoint import model_record
@@ -20,6 +22,7 @@ from .layer_map import LayerMap
 from .loop import Objective
 from .sharding import split_state
 from .losses import attention_score_mse, masked_mse
+from .teacher_store import KEY, Field
 
 
 class TaskLosses(Protocol):
@@ -32,6 +35,32 @@ class TaskLosses(Protocol):
 
     def teacher_loss(self, student: Any, teacher: Any, batch: dict[str, torch.Tensor],
                      temperature: float) -> torch.Tensor: ...
+
+    #: the fields of the model's output that ``teacher_loss`` reads, each with whether it is per token
+    teacher_outputs: dict[str, bool]
+
+
+@dataclass
+class TeacherOutput(ModelOutput):
+    """The fields of a teacher's output that a task's ``teacher_loss`` reads, rebuilt from the teacher store."""
+
+    logits: torch.Tensor | None = None
+    start_logits: torch.Tensor | None = None
+    end_logits: torch.Tensor | None = None
+    last_hidden_state: torch.Tensor | None = None
+
+
+def _output_fields(kind: TaskLosses) -> list[Field]:
+    return [Field(f"output.{name}", per_token) for name, per_token in kind.teacher_outputs.items()]
+
+
+def _teacher_output(kind: TaskLosses, values: dict[str, torch.Tensor]) -> TeacherOutput:
+    return TeacherOutput(**{name: values[f"output.{name}"] for name in kind.teacher_outputs})
+
+
+def _rows(inputs: dict[str, torch.Tensor], rows: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """The inputs of some rows of a batch (None: all of them)."""
+    return inputs if rows is None else {k: v.index_select(0, rows) for k, v in inputs.items()}
 
 
 class FinetuneObjective(Objective):
@@ -48,14 +77,25 @@ class FinetuneObjective(Objective):
         object.__setattr__(self, "_teacher", teacher)  # not a submodule: never trained or wrapped
 
     def forward(self, batch: dict):
+        batch = dict(batch)
+        keys = batch.pop(KEY, None)
         inputs = self.kind.inputs(batch)
         out = self.student(**inputs)
         hard = self.kind.task_loss(out, batch)
         parts = {"task_loss": hard.detach()}
         if self._teacher is None:
             return hard, parts
-        teacher_out = self.run_teacher(hard.device, **inputs)
-        soft = self.kind.teacher_loss(out, teacher_out, batch, self.temperature)
+        fields = _output_fields(self.kind)
+
+        def compute(rows: torch.Tensor | None) -> dict[str, torch.Tensor]:
+            output = self.run_teacher(hard.device, **_rows(inputs, rows))
+            return {f.name: getattr(output, f.name.split(".", 1)[1]) for f in fields}
+
+        if self.store is not None and keys is not None:
+            values = self.store.fetch(keys, inputs["attention_mask"], fields, compute)
+        else:
+            values = compute(None)
+        soft = self.kind.teacher_loss(out, _teacher_output(self.kind, values), batch, self.temperature)
         parts["teacher_loss"] = soft.detach()
         w = self.teacher_weight
         return (1 - w) * hard + w * soft, parts
@@ -111,7 +151,7 @@ class DistillObjective(Objective):
     first-token output."""
 
     def __init__(self, student: nn.Module, teacher: nn.Module, *, weights: DistillWeights, layer_map: LayerMap,
-                 kind: TaskLosses):
+                 kind: TaskLosses, keep_outputs: bool = False):
         super().__init__()
         weights.validate()
         self.student = student
@@ -135,6 +175,44 @@ class DistillObjective(Objective):
             enable_score_capture(student)
             enable_score_capture(teacher)
         teacher.eval().requires_grad_(False)
+        #: the teacher's output fields are read too where a store shares them with a fine-tune (``keep_outputs``)
+        self.keep_outputs = keep_outputs
+        self.fields = self._teacher_fields()
+
+    @property
+    def storable(self) -> bool:
+        """Whether the teacher store can hold what this objective reads (attention scores are not kept: they
+        are heads x tokens x tokens per layer)."""
+        return self.weights.attention_weight == 0
+
+    def _teacher_fields(self) -> list[Field]:
+        """What the losses read from the teacher: the embedding output and the mapped layers' hidden states, the
+        mapped attention blocks' outputs, and the output fields the prediction-layer loss reads."""
+        w = self.weights
+        hidden = ([0] if w.emb_weight else []) + ([t for _, t in self.layer_map.pairs] if w.ffn_weight else [])
+        fields = [Field(f"hidden.{t}", True) for t in sorted(set(hidden))]
+        if w.mha_weight:
+            fields += [Field(f"block.{t}", True) for t in sorted({t for _, t in self.layer_map.pairs})]
+        if w.logit_weight or self.keep_outputs:
+            fields += _output_fields(self.kind)
+        return fields
+
+    def _run_teacher(self, inputs: dict[str, torch.Tensor], rows: torch.Tensor | None,
+                     scores: bool = False) -> tuple[dict[str, torch.Tensor], Any]:
+        """The teacher on ``rows`` of the batch (None: all): the values of :attr:`fields`, and what was captured."""
+        device = inputs["attention_mask"].device
+        with capture(self._teacher, attention_blocks=self.weights.mha_weight > 0, scores=scores) as captured:
+            out = self.run_teacher(device, **_rows(inputs, rows), output_hidden_states=True)
+        values = {}
+        for f in self.fields:
+            kind, what = f.name.split(".", 1)
+            if kind == "hidden":
+                values[f.name] = out.hidden_states[int(what)]
+            elif kind == "block":
+                values[f.name] = captured.attention_blocks[int(what) - 1]
+            else:
+                values[f.name] = getattr(out, what)
+        return values, captured
 
     def _project(self, name: str, x: torch.Tensor) -> torch.Tensor:
         return self.projections[name](x) if name in self.projections else x
@@ -162,13 +240,19 @@ class DistillObjective(Objective):
         return nn.functional.cross_entropy(self.projections["sop"](first).float(), labels[keep])
 
     def forward(self, batch: dict):
+        batch = dict(batch)
+        keys = batch.pop(KEY, None)
         inputs = self.kind.inputs(batch)
         sop = {k[len(SOP_PREFIX):]: inputs.pop(k) for k in list(inputs) if k.startswith(SOP_PREFIX)}
         mask = inputs["attention_mask"].bool()
         w = self.weights
         scores = w.attention_weight > 0
-        with capture(self._teacher, scores=scores) as t_cap:
-            t_out = self.run_teacher(mask.device, **inputs, output_hidden_states=True)
+        if self.store is not None and keys is not None and self.storable:
+            teacher = self.store.fetch(keys, inputs["attention_mask"], self.fields,
+                                       lambda rows: self._run_teacher(inputs, rows)[0])
+            t_cap = None
+        else:
+            teacher, t_cap = self._run_teacher(inputs, None, scores=scores)
         with capture(self.student, scores=scores) as s_cap:
             s_out = self.student(**inputs, output_hidden_states=True)
 
@@ -178,15 +262,14 @@ class DistillObjective(Objective):
             parts["sop_loss"] = self._sop_loss(sop)
         if w.emb_weight:
             parts["emb_loss"] = masked_mse(self._project("embeddings", s_out.hidden_states[0]),
-                                           self._kept(t_out.hidden_states[0]), mask)
+                                           self._kept(teacher["hidden.0"]), mask)
         for k, (s, t) in enumerate(self.layer_map.pairs):
             if w.ffn_weight:
                 parts["ffn_loss"] = parts["ffn_loss"] + masked_mse(
-                    self._project("hidden", s_out.hidden_states[s]), self._kept(t_out.hidden_states[t]), mask)
+                    self._project("hidden", s_out.hidden_states[s]), self._kept(teacher[f"hidden.{t}"]), mask)
             if w.mha_weight:
                 parts["mha_loss"] = parts["mha_loss"] + masked_mse(
-                    self._project("hidden", s_cap.attention_blocks[s - 1]), self._kept(t_cap.attention_blocks[t - 1]),
-                    mask)
+                    self._project("hidden", s_cap.attention_blocks[s - 1]), self._kept(teacher[f"block.{t}"]), mask)
             if scores:
                 s_scores, t_scores = s_cap.scores[s - 1], t_cap.scores[t - 1]
                 heads = self.heads[k]
@@ -196,6 +279,7 @@ class DistillObjective(Objective):
                     t_scores = t_scores.index_select(1, heads.to(t_scores.device))
                 parts["attention_loss"] = parts["attention_loss"] + attention_score_mse(s_scores, t_scores, mask)
         if w.logit_weight:
+            t_out = _teacher_output(self.kind, teacher)
             parts["logit_loss"] = self.kind.teacher_loss(s_out, self._kept_output(s_out, t_out), inputs, w.temperature)
         loss = (w.emb_weight * parts["emb_loss"] + w.mha_weight * parts["mha_loss"] + w.ffn_weight * parts["ffn_loss"]
                 + w.attention_weight * parts["attention_loss"] + w.logit_weight * parts["logit_loss"])

@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ...settings import DataSettings, FinetuneWeights, StudentSettings, TaskSettings, TrainSettings
+from ...settings import DataSettings, FinetuneWeights, StudentSettings, TaskSettings, TeacherStoreSettings, TrainSettings
 from ..app import app
 from ..console import err
 from ..options import Model, Output, Overwrite, Resume
@@ -30,6 +30,7 @@ def finetune(
     losses: FinetuneWeights,
     student_settings: StudentSettings,
     training: TrainSettings,
+    store: TeacherStoreSettings,
     resume: Resume = False,
     overwrite: Overwrite = False,
 ) -> None:
@@ -43,6 +44,6 @@ def finetune(
     from ... import steps  # torch and transformers: loaded when a command runs, not for --help
 
     result = steps.finetune(model, output, data=data, task_settings=task_settings, teacher=teacher, losses=losses, student_settings=student_settings,
-                            training=training, resume=resume, overwrite=overwrite)
+                            training=training, store=store, resume=resume, overwrite=overwrite)
     print_training(result)
     print_trained(output)

@@ -1,0 +1,256 @@
+"""The teacher store: the teacher's outputs computed once per example, kept in float16 at the real tokens, and
+read back by every later epoch and by any run or stage that names the same store."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from ghostify import load_model
+from ghostify.errors import GhostifyError
+from ghostify.testing import tiny_checkpoint, write_toy_dataset
+from ghostify.training.teacher_store import Field, TeacherStore, example_keys
+
+TOY = {"text_columns": ("sentence",), "label_column": "label"}
+TRAIN = {"epochs": 2, "batch_size": 16, "learning_rate": 3e-3, "max_samples": 96}
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    return write_toy_dataset(tmp_path_factory.mktemp("toy") / "data", train=256, validation=64)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory, toy):
+    """A tiny teacher fine-tuned on the toy task and a pruned student of it."""
+    from ghostify.steps import finetune, prune
+
+    root = tmp_path_factory.mktemp("pair")
+    tiny_checkpoint(root / "init")
+    finetune(root / "init", root / "teacher", dataset=str(toy), **TOY, epochs=4, batch_size=16, learning_rate=3e-3)
+    prune(root / "teacher", root / "student", width="2/4")
+    return root / "teacher", root / "student"
+
+
+def _weights(path):
+    return load_model(path).state_dict()
+
+
+def _same(a, b) -> bool:
+    return all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _store_note(path):
+    return json.loads((path / "training.json").read_text())["teacher_outputs"]
+
+
+def test_keys_depend_on_the_tokens_alone():
+    rows = [{"input_ids": [101, 7, 8, 102], "token_type_ids": [0, 0, 0, 0]},
+            {"input_ids": [101, 7, 8, 102], "token_type_ids": [0, 0, 1, 1]},
+            {"input_ids": [101, 7, 8, 102], "token_type_ids": [0, 0, 0, 0]}]
+    keys = example_keys(rows)
+    assert keys[0] == keys[2] != keys[1] and all(0 <= k < 2**63 for k in keys)
+
+
+def test_stored_rows_read_back_as_written_and_padding_is_zero(tmp_path):
+    store = TeacherStore(tmp_path / "store", "teacher-id", cap_bytes=1 << 20).open(tmp_path / "unused")
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    hidden = torch.randn(2, 4, 3)
+    logits = torch.randn(2, 2)
+    fields = [Field("hidden.1", True), Field("output.logits", False)]
+    calls = []
+
+    def compute(rows):
+        calls.append(rows.tolist())
+        return {"hidden.1": hidden[rows], "output.logits": logits[rows]}
+
+    keys = torch.tensor([11, 12])
+    first = store.fetch(keys, mask, fields, compute)
+    store.close()
+    reopened = TeacherStore(tmp_path / "store", "teacher-id", cap_bytes=1 << 20).open(tmp_path / "unused")
+    second = reopened.fetch(keys, mask, fields, compute)
+    assert calls == [[0, 1]]  # computed once, then read back
+    for name in first:
+        assert torch.equal(first[name], second[name])
+    # float16 of the computed values at the real tokens, zeros at the padding
+    expected = hidden.half().float() * mask.unsqueeze(-1)
+    assert torch.equal(second["hidden.1"], expected)
+    assert torch.equal(second["output.logits"], logits.half().float())
+    assert (second["hidden.1"] - hidden * mask.unsqueeze(-1)).abs().max() <= 1e-3 * hidden.abs().max()
+    assert reopened.reused == 2 and reopened.computed == 0
+
+
+def test_a_partly_stored_batch_computes_only_its_missing_rows(tmp_path):
+    store = TeacherStore(tmp_path, "t", cap_bytes=1 << 20).open(tmp_path)
+    mask = torch.ones(3, 2, dtype=torch.long)
+    values = torch.arange(6.0).reshape(3, 2)
+    seen = []
+
+    def compute(rows):
+        seen.append(rows.tolist())
+        return {"output.logits": values[rows]}
+
+    fields = [Field("output.logits", False)]
+    store.fetch(torch.tensor([1, 2]), mask[:2], fields, lambda rows: {"output.logits": values[:2][rows]})
+    out = store.fetch(torch.tensor([2, 3, 1]), mask, fields, compute)
+    assert seen == [[1]]  # key 3 alone is new; it sits in row 1 of this batch
+    assert torch.equal(out["output.logits"], torch.stack([values[1], values[1], values[0]]))
+
+
+def test_the_cap_keeps_what_fits_and_the_rest_is_computed(tmp_path):
+    store = TeacherStore(tmp_path, "t", cap_bytes=8).open(tmp_path)  # two rows of two float16 logits
+    fields = [Field("output.logits", False)]
+    mask = torch.ones(3, 2, dtype=torch.long)
+    store.fetch(torch.tensor([1, 2, 3]), mask, fields, lambda rows: {"output.logits": torch.ones(len(rows), 2)})
+    assert store.stored == 2 and store.bytes == 8
+    store.fetch(torch.tensor([1, 2, 3]), mask, fields, lambda rows: {"output.logits": torch.ones(len(rows), 2)})
+    assert store.reused == 2 and store.computed == 4
+
+
+def test_bytes_written_after_the_last_flush_are_dropped_on_reopening(tmp_path):
+    store = TeacherStore(tmp_path, "t", cap_bytes=1 << 20).open(tmp_path)
+    fields = [Field("output.logits", False)]
+    mask = torch.ones(1, 2, dtype=torch.long)
+    store.fetch(torch.tensor([1]), mask, fields, lambda rows: {"output.logits": torch.ones(1, 2)})
+    store.flush()
+    store.fetch(torch.tensor([2]), mask, fields, lambda rows: {"output.logits": torch.ones(1, 2)})
+    store._writer("output.logits").flush()  # on disk, not indexed: as a crash before the next flush leaves it
+    directory = store.directory
+    store._lock.__exit__(None, None, None)  # a crash: no close()
+    reopened = TeacherStore(tmp_path, "t", cap_bytes=1 << 20).open(tmp_path)
+    assert (directory / "output.logits.bin").stat().st_size == 4
+    assert reopened.holds(1, fields) and not reopened.holds(2, fields)
+
+
+def test_a_damaged_index_is_one_line(tmp_path):
+    store = TeacherStore(tmp_path, "t", cap_bytes=1 << 20).open(tmp_path)
+    directory = store.directory
+    store.close()
+    (directory / "index.npz").write_bytes(b"not an index")
+    with pytest.raises(GhostifyError, match="damaged.*remove"):
+        TeacherStore(tmp_path, "t", cap_bytes=1 << 20).open(tmp_path)
+
+
+def test_distill_reads_the_teacher_once_and_equals_computing_it_at_every_step_up_to_float16(tmp_path, pair, toy):
+    from ghostify.steps import distill
+
+    teacher, student = pair
+    common = dict(dataset=str(toy), **TOY, **TRAIN, logit_weight=1.0)
+    distill(teacher, student, tmp_path / "stored", **common)
+    distill(teacher, student, tmp_path / "computed", teacher_store_gb=0, **common)
+    note = _store_note(tmp_path / "stored")
+    assert note["computed"] == 96 and note["reused"] == 96  # epoch 1 computes, epoch 2 reads back
+    assert "teacher_outputs" not in json.loads((tmp_path / "computed" / "training.json").read_text())
+    stored, computed = _weights(tmp_path / "stored"), _weights(tmp_path / "computed")
+    worst = max(float((stored[k] - computed[k]).abs().max()) for k in stored)
+    assert 0 < worst < 5e-3  # float16 targets move the weights, by little
+    assert not (tmp_path / "stored.partial").exists()  # the run's own store went with OUT.partial
+
+
+def test_two_fresh_runs_and_a_run_on_a_full_store_write_the_same_bytes(tmp_path, pair, toy):
+    from ghostify.steps import distill
+
+    teacher, student = pair
+    common = dict(dataset=str(toy), **TOY, **TRAIN)
+    distill(teacher, student, tmp_path / "a", teacher_store=str(tmp_path / "store-a"), **common)
+    distill(teacher, student, tmp_path / "b", teacher_store=str(tmp_path / "store-b"), **common)
+    distill(teacher, student, tmp_path / "c", teacher_store=str(tmp_path / "store-a"), **common)  # all read back
+    distill(teacher, student, tmp_path / "d", teacher_store=str(tmp_path / "store-d"), teacher_store_gb=1e-6,
+            **common)  # almost nothing fits: computed at every step, still through float16
+    assert _store_note(tmp_path / "c")["computed"] == 0
+    assert _store_note(tmp_path / "d")["stored"] < 10
+    a = _weights(tmp_path / "a")
+    for other in "bc":
+        assert _same(a, _weights(tmp_path / other)), other
+    # computed again in other batches (another padded length), the teacher's float32 sums can round to another
+    # float16 now and then: close, not the same bytes
+    d = _weights(tmp_path / "d")
+    assert max(float((a[k] - d[k]).abs().max()) for k in a) < 1e-3
+
+
+def test_a_finetune_reads_the_logits_its_distill_stored(tmp_path, pair, toy):
+    from ghostify.steps import distill, finetune
+
+    teacher, student = pair
+    store = str(tmp_path / "store")
+    distill(teacher, student, tmp_path / "d", dataset=str(toy), **TOY, **TRAIN, teacher_store=store)
+    finetune(tmp_path / "d", tmp_path / "f", dataset=str(toy), **TOY, **TRAIN, teacher=str(teacher),
+             teacher_store=store)
+    assert _store_note(tmp_path / "f")["computed"] == 0
+
+
+def test_a_resumed_run_with_a_store_equals_an_uninterrupted_one(tmp_path, pair, toy):
+    from ghostify.steps import distill
+
+    class Crash(Exception):
+        pass
+
+    def crash(step):
+        if step == 9:  # mid epoch 2 (6 steps an epoch)
+            raise Crash
+
+    teacher, student = pair
+    common = dict(dataset=str(toy), **TOY, **TRAIN, checkpoint_steps=4)
+    distill(teacher, student, tmp_path / "whole", **common)
+    with pytest.raises(Crash):
+        distill(teacher, student, tmp_path / "resumed", on_step=crash, **common)
+    assert (tmp_path / "resumed.partial" / "teacher-outputs").is_dir()
+    distill(teacher, student, tmp_path / "resumed", resume=True, **common)
+    assert _same(_weights(tmp_path / "whole"), _weights(tmp_path / "resumed"))
+
+
+def test_bad_store_settings_are_one_line(tmp_path, pair, toy):
+    from ghostify.steps import distill
+
+    teacher, student = pair
+    with pytest.raises(GhostifyError, match="--teacher-store-gb -1"):
+        distill(teacher, student, tmp_path / "x", dataset=str(toy), **TOY, teacher_store_gb=-1)
+    with pytest.raises(GhostifyError, match="inside the input --teacher .*choose another --teacher-store"):
+        distill(teacher, student, tmp_path / "x", dataset=str(toy), **TOY, teacher_store=str(teacher / "store"))
+
+
+# ---- distill --unlabelled: the user's own text, labels unread ------------------------------------------------
+def test_unlabelled_text_is_distilled_with_the_training_split(tmp_path, pair, toy):
+    from ghostify.steps import distill
+    from ghostify.testing import write_toy_sentences
+
+    teacher, student = pair
+    extra = write_toy_sentences(tmp_path / "more.txt", count=40, seed=3)
+    result = distill(teacher, student, tmp_path / "d", dataset=str(toy), **TOY, unlabelled=str(extra), epochs=1,
+                     batch_size=16)
+    assert result.steps == 19  # 256 training texts and 40 more, 16 a step
+    history = load_model(tmp_path / "d").config.ghostify["history"][-1]
+    assert history["arguments"]["unlabelled"] == str(extra)
+    train = json.loads((tmp_path / "d" / "training.json").read_text())["train"]
+    assert train["samples"] == 296 and str(extra) in train["dataset"]
+    capped = distill(teacher, student, tmp_path / "e", dataset=str(toy), **TOY, unlabelled=str(extra), epochs=1,
+                     batch_size=16, max_samples=32)
+    assert capped.steps == 2
+
+
+@pytest.mark.parametrize("content, name, match", [
+    ("sentence1,sentence2\na,b\n", "pairs.csv", "has no column 'sentence'"),
+    ("some text\n", "notes.md", "not a kind of file"),
+    (None, "missing.txt", "is not a file"),
+])
+def test_bad_unlabelled_files_are_one_line(tmp_path, pair, toy, content, name, match):
+    from ghostify.steps import distill
+
+    teacher, student = pair
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(GhostifyError, match=match):
+        distill(teacher, student, tmp_path / "d", dataset=str(toy), **TOY, unlabelled=str(path), epochs=1)
+    assert not (tmp_path / "d").exists() and not (tmp_path / "d.partial").exists()
+
+
+def test_a_text_file_for_a_pair_task_is_refused(tmp_path):
+    from ghostify.data import load_unlabelled, resolve_task
+
+    (tmp_path / "t.txt").write_text("one text\n")
+    with pytest.raises(GhostifyError, match="reads 2 columns"):
+        load_unlabelled(str(tmp_path / "t.txt"), resolve_task("mrpc"))
