@@ -1,0 +1,179 @@
+"""A compression budget stated in time (``compress --budget 20m``): what the text means, and how many examples
+and epochs each training stage gets for it, from the throughput measured on this machine when the run starts.
+
+The plan is a pure function of its inputs (:func:`plan_training`), so it is tested by hand-computed values; the
+run measures the throughputs (``compress``) and records the plan it chose (``budget.json``), which a later run
+can be given instead of a time (``--budget OUT/budget.json``) to train with the same counts, byte for byte.
+
+How the time is split: the training stages get what is left of the budget after everything else the run does
+(measured so far, plus the evaluations, export and timing still to come); the labelled fine-tune with the
+teacher gets :data:`FINETUNE_SHARE` of it, the distillation stages the rest, in equal parts. Distillation reads
+the whole training text (and ``--unlabelled``) before it reads any text twice: its first pass over a text also
+runs the teacher (whose outputs the teacher store keeps), each later pass only the student.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..errors import GhostifyError
+
+#: the part of the training time the labelled fine-tune with the teacher gets; distillation gets the rest
+FINETUNE_SHARE = 0.25
+#: more passes than this over the same text do not pay for their time (and a plan for a large budget on a small
+#: task would otherwise run for hundreds of epochs)
+MAX_EPOCHS = 20
+#: the fewest optimizer steps of 32 examples a training stage is worth running
+MIN_STEPS = 8
+
+_UNIT = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(hr|h|min|m|sec|s)")
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds of a duration such as ``20m``, ``1h``, ``1h30m``, ``90s`` or ``1.5h``; None when ``text`` is not
+    one (a budget's name, a file)."""
+    compact = str(text).strip().lower().replace(" ", "")
+    parts = _DURATION.findall(compact)
+    if not parts or _DURATION.sub("", compact):
+        return None
+    seconds = sum(float(n) * _UNIT[unit] for n, unit in parts)
+    if seconds <= 0:
+        raise GhostifyError(f"--budget {text} is no time at all; give a duration such as 20m or 1h")
+    return seconds
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Seconds per example of each kind of work, measured on this machine at the start of a run."""
+
+    teacher: float  # the teacher's forward pass on a training text (distillation's first pass over it)
+    distill: float  # a distillation step of the student, the teacher's outputs read back from the store
+    finetune: float  # a fine-tuning step of the student with the teacher's logits read back
+    evaluate: float  # the student on a validation example
+
+
+@dataclass(frozen=True)
+class StageCounts:
+    """One training stage's data: a seeded subset of ``max_samples`` examples (None: all of them), ``epochs``."""
+
+    max_samples: int | None
+    epochs: int
+
+    def examples(self, available: int) -> int:
+        return (available if self.max_samples is None else min(self.max_samples, available)) * self.epochs
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """The counts of every training stage, and the seconds the plan expects each to take."""
+
+    distill: tuple[StageCounts, ...]
+    finetune: StageCounts
+    seconds: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"distill": [asdict(c) for c in self.distill], "finetune": asdict(self.finetune),
+                "seconds": self.seconds}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> TrainingPlan:
+        """A plan written by :meth:`to_json` (``where``: the file, for the message)."""
+        try:
+            distill = tuple(_counts(c) for c in data["distill"])
+            finetune = _counts(data["finetune"])
+            seconds = {str(k): float(v) for k, v in data.get("seconds", {}).items()}
+        except (TypeError, KeyError, ValueError) as exc:
+            raise GhostifyError(f"--budget {where} is not a budget a compress run wrote ({type(exc).__name__}: {exc}); "
+                                "give a time (e.g. 20m), a budget's name, or the budget.json of an earlier run") from None
+        if not distill:
+            raise GhostifyError(f"--budget {where} has no distillation stage; give the budget.json of an earlier run")
+        return cls(distill=distill, finetune=finetune, seconds=seconds)
+
+
+def _counts(data: Any) -> StageCounts:
+    samples, epochs = data["max_samples"], data["epochs"]
+    if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int) or samples < 1):
+        raise ValueError(f"max_samples {samples!r}")
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs {epochs!r}")
+    return StageCounts(samples, epochs)
+
+
+def plan_training(seconds: float, *, texts: int, labelled: int, throughput: Throughput, stages: int,
+                  batch_size: int = 32) -> TrainingPlan:
+    """How many examples and epochs each of ``stages`` distillation stages (on ``texts`` training texts) and the
+    labelled fine-tune (on ``labelled`` examples) get to fill ``seconds`` of training at ``throughput``.
+
+    Distillation reads its texts in a seeded order, each once before any twice: a stage that cannot read them all
+    reads a subset, once; one that can reads them all for as many epochs as fit (at most :data:`MAX_EPOCHS`).
+    Later stages read texts an earlier one already gave the teacher: only their student steps cost time. The
+    fine-tune, likewise, on its labelled examples."""
+    if seconds <= 0:
+        raise GhostifyError(f"the budget leaves {seconds:.0f} s for training once the rest of the run is counted; "
+                            "give a larger --budget")
+    finetune_seconds = FINETUNE_SHARE * seconds
+    per_stage = (seconds - finetune_seconds) / stages
+    counts: list[StageCounts] = []
+    spent: dict[str, float] = {}
+    seen = 0  # texts the teacher has already read (their outputs are in the store)
+    for k in range(stages):
+        plan, cost, seen = _distill_stage(per_stage, texts, seen, throughput)
+        counts.append(plan)
+        spent[f"distill {k + 1}"] = cost
+    finetune, cost = _fill(finetune_seconds, labelled, throughput.finetune, 0.0)
+    spent["finetune"] = cost
+    minimum = MIN_STEPS * batch_size
+    short = [name for name, c in zip([f"distill {k + 1}" for k in range(stages)] + ["finetune"], [*counts, finetune])
+             if c.examples(texts if name != "finetune" else labelled) < min(minimum, texts if name != "finetune"
+                                                                             else labelled)]
+    if short:
+        raise GhostifyError(f"the budget leaves {seconds:.0f} s for training: too little for {', '.join(short)} to take "
+                            f"{MIN_STEPS} steps of {batch_size} examples at the throughput measured here; give a larger "
+                            "--budget, fewer --stages, or --budget quick")
+    return TrainingPlan(distill=tuple(counts), finetune=finetune, seconds=spent)
+
+
+def _distill_stage(seconds: float, texts: int, seen: int, throughput: Throughput) -> tuple[StageCounts, float, int]:
+    """The counts of one distillation stage: the texts the teacher has read cost a student step, the others a
+    teacher pass more, the first time."""
+    plan, cost = _fill(seconds, texts, throughput.distill, throughput.teacher, seen=seen)
+    return plan, cost, max(seen, min(texts, plan.max_samples or texts))
+
+
+def _fill(seconds: float, available: int, step: float, first: float, *, seen: int | None = None) -> tuple[StageCounts, float]:
+    """The most examples (a subset, one epoch) or epochs (all of them) of ``available`` that fit ``seconds`` at
+    ``step`` seconds each, plus ``first`` seconds the first time an example beyond the ``seen`` ones is read."""
+    seen = available if seen is None else min(seen, available)
+
+    def cost(n: int, epochs: int) -> float:
+        return n * step * epochs + max(0, n - seen) * first
+
+    one_pass = cost(available, 1)
+    if one_pass > seconds:
+        # a subset, once: the seen texts first in cost (a seeded subset mixes them; the plan counts the average)
+        n = _largest(lambda m: cost(m, 1) <= seconds, available)
+        return StageCounts(max(1, n), 1), cost(max(1, n), 1)
+    epochs = 1
+    while epochs < MAX_EPOCHS and cost(available, epochs + 1) <= seconds:
+        epochs += 1
+    return StageCounts(None, epochs), cost(available, epochs)
+
+
+def _largest(fits, upper: int) -> int:
+    """The largest n in [0, upper] with fits(n) (fits is monotone)."""
+    low, high = 0, upper
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+__all__ = ["FINETUNE_SHARE", "MAX_EPOCHS", "StageCounts", "Throughput", "TrainingPlan", "parse_duration",
+           "plan_training"]

@@ -1,0 +1,64 @@
+"""A budget stated in time: the durations it reads and the counts it plans, against hand-computed values."""
+
+from __future__ import annotations
+
+import pytest
+
+from ghostify.errors import GhostifyError
+from ghostify.recipe.time_budget import (FINETUNE_SHARE, MAX_EPOCHS, StageCounts, Throughput, TrainingPlan,
+                                         parse_duration, plan_training)
+
+RATES = Throughput(teacher=0.01, distill=0.02, finetune=0.015, evaluate=0.005)
+
+
+@pytest.mark.parametrize("text, seconds", [("20m", 1200), ("1h", 3600), ("1h30m", 5400), ("90s", 90), ("1.5h", 5400),
+                                           ("20 min", 1200), ("2hr", 7200), ("45sec", 45)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["quick", "standard", "20", "m", "runs/c/budget.json", "20m of it", ""])
+def test_other_budgets_are_not_durations(text):
+    assert parse_duration(text) is None
+
+
+def test_no_time_is_refused():
+    with pytest.raises(GhostifyError, match="no time at all"):
+        parse_duration("0m")
+
+
+def test_a_large_task_reads_a_subset_once_and_later_stages_reuse_the_teachers_outputs():
+    # 1200 s: the fine-tune gets 300 s (20,000 x 0.015), each of 2 distillation stages 450 s.
+    # Stage 1: 450 / (0.02 + 0.01) = 15,000 texts. Stage 2: 15,000 texts seen cost 0.02, the rest 0.03:
+    # 15,000 x 0.02 = 300 s, 150 s left / 0.03 = 5,000 more: 20,000.
+    plan = plan_training(1200, texts=67000, labelled=67000, throughput=RATES, stages=2)
+    assert plan.distill == (StageCounts(15000, 1), StageCounts(20000, 1))
+    assert plan.finetune == StageCounts(20000, 1)
+    assert plan.seconds == pytest.approx({"distill 1": 450, "distill 2": 450, "finetune": 300})
+    assert FINETUNE_SHARE == 0.25
+
+
+def test_a_small_task_is_read_whole_for_as_many_epochs_as_fit():
+    # 900 s of distillation on 2,000 texts: the first epoch 2,000 x 0.03 = 60 s, each later one 40 s:
+    # 60 + 40 (e - 1) <= 900 -> e = 22, capped at MAX_EPOCHS (20); fine-tune 300 s at 30 s an epoch: 10.
+    plan = plan_training(1200, texts=2000, labelled=2000, throughput=RATES, stages=1)
+    assert plan.distill == (StageCounts(None, MAX_EPOCHS),)
+    assert plan.finetune == StageCounts(None, 10)
+    assert plan.seconds["distill 1"] == pytest.approx(60 + 40 * (MAX_EPOCHS - 1))
+
+
+def test_too_little_time_for_a_stage_is_one_line():
+    with pytest.raises(GhostifyError, match="too little for distill 1, finetune"):
+        plan_training(5, texts=67000, labelled=67000, throughput=RATES, stages=1)
+    with pytest.raises(GhostifyError, match="larger --budget"):
+        plan_training(-3, texts=10, labelled=10, throughput=RATES, stages=1)
+
+
+def test_a_plan_reads_back_what_it_wrote_and_refuses_anything_else():
+    plan = plan_training(1200, texts=67000, labelled=5000, throughput=RATES, stages=2)
+    assert TrainingPlan.from_json(plan.to_json(), "budget.json") == plan
+    for bad in ({}, {"distill": [], "finetune": {"max_samples": None, "epochs": 1}},
+                {"distill": [{"max_samples": 0, "epochs": 1}], "finetune": {"max_samples": None, "epochs": 1}},
+                {"distill": [{"max_samples": 5, "epochs": True}], "finetune": {"max_samples": None, "epochs": 1}}):
+        with pytest.raises(GhostifyError, match="budget.json"):
+            TrainingPlan.from_json(bad, "budget.json")
