@@ -41,7 +41,7 @@ from ..steps.training_common import task_kind
 from ..tasks import dataset_for
 from . import compress_record
 from .compress_record import ALLOCATION
-from .compress_report import CANDIDATE_NAMES, PLOT, REPORT_JSON, REPORT_MD, described, markdown
+from .compress_report import PLOT, REPORT_JSON, REPORT_MD, described, markdown
 from .compress_report import report as _report
 from .compress_report import write_report as _write_report
 from .compress_settings import (RESCORED, CompressSettings, Structure, closest, compress_recipe, data_mapping,
@@ -385,6 +385,6 @@ def _allocate_and_measure(recipe: Recipe, run_dir: Path, deployment: Deployment,
     return result
 
 
-__all__ = ["ALLOCATION", "BUDGETS", "Budget", "CANDIDATE_NAMES", "CompressDefaults", "CompressSettings", "PLOT",
+__all__ = ["ALLOCATION", "BUDGETS", "Budget", "CompressDefaults", "CompressSettings", "PLOT",
            "REPORT_JSON", "REPORT_MD", "RESCORED", "RUNTIMES", "STAGES", "compress", "compress_recipe", "data_mapping",
            "markdown"]

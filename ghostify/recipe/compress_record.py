@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from ..files import write_text_atomically
-from ..steps.fidelity import CANDIDATES
+from ..steps.fidelity import candidate_allocations
 
 #: the file, in compress's output directory
 ALLOCATION = "allocation.json"
@@ -117,7 +117,7 @@ class AllocationRecord(BaseModel):
     _hidden_width = _must(lambda value: value is None or (_fraction(value) is not None and 0 < _fraction(value) < 1),
                           "hidden_width")
     _attempts = _must(lambda value: isinstance(value, list) and bool(value), "attempts")
-    _choice = _must(lambda value: value is None or (isinstance(value, dict) and value.get("chosen") in CANDIDATES
+    _choice = _must(lambda value: value is None or (isinstance(value, dict) and value.get("chosen") in candidate_allocations()
                                                     and isinstance(value.get("gaps"), dict)), "choice")
 
     @model_validator(mode="after")

@@ -17,7 +17,7 @@ from ..latency_model import Deployment
 from ..methods import layer_origin
 from ..methods.criteria import get as get_criterion
 from ..settings import Budget
-from ..steps.fidelity import CANDIDATES, UNIFORM
+from ..steps.fidelity import UNIFORM, candidate_allocations
 from ..steps.info import report_size
 from .compress_settings import CompressSettings, final_model, shipped_model
 
@@ -26,25 +26,22 @@ REPORT_JSON = "report.json"
 PLOT = "speedup.png"
 
 
-def _candidate_name(name: str) -> str:
-    """How the report names a candidate allocation (:data:`ghostify.steps.fidelity.CANDIDATES`): "latency search
-    by the Fisher information, rearranged within layers", "uniform width"."""
-    if name == UNIFORM:
-        return "uniform width"
-    candidate = CANDIDATES[name]
+def candidate_name(name: str) -> str:
+    """How the report names a candidate allocation (:func:`ghostify.steps.fidelity.candidate_allocations`): "latency
+    search by the Fisher information, rearranged within layers", "uniform width" (a name it does not know: as it
+    is)."""
+    candidate = candidate_allocations().get(name)
+    if name == UNIFORM or candidate is None:
+        return "uniform width" if name == UNIFORM else name
     noun = get_criterion(candidate["criterion"]).noun
     return f"latency search by {noun}" + (", rearranged within layers" if candidate["rearrange"] else "")
-
-
-#: how the report names each candidate allocation
-CANDIDATE_NAMES = {name: _candidate_name(name) for name in CANDIDATES}
 
 
 def described(choice: dict[str, Any]) -> str:
     """The allocation ``choice`` kept, in words."""
     if choice["chosen"] == UNIFORM:
         return f"uniform width {choice['settings']['width']}"
-    return f"the {CANDIDATE_NAMES[choice['chosen']]}"
+    return f"the {candidate_name(choice['chosen'])}"
 
 
 def metrics(directory: Path) -> dict[str, Any]:
@@ -148,7 +145,7 @@ def markdown(report: dict[str, Any]) -> str:
                       "measured closest to the target is the one trained and shipped."]
     choice = report.get("choice")
     if choice:
-        gaps = ", ".join(f"{CANDIDATE_NAMES.get(name, name)} {gap:.4g}" for name, gap in choice["gaps"].items())
+        gaps = ", ".join(f"{candidate_name(name)} {gap:.4g}" for name, gap in choice["gaps"].items())
         lines += ["", f"Which allocation: each candidate pruned to the same predicted latency, before any training or "
                       f"tuning, and compared with the teacher on {choice['samples']} held-out training examples (the "
                       f"task's distillation loss, no labels; lower is closer): {gaps}. Kept: "
@@ -239,5 +236,5 @@ def plot(path: Path, report: dict[str, Any]) -> None:
     os.replace(tmp.name, path)
 
 
-__all__ = ["CANDIDATE_NAMES", "PLOT", "REPORT_JSON", "REPORT_MD", "described", "markdown", "metrics", "plot", "report",
+__all__ = ["PLOT", "REPORT_JSON", "REPORT_MD", "described", "markdown", "candidate_name", "metrics", "plot", "report",
            "write_report"]

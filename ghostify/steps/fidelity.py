@@ -52,10 +52,13 @@ UNIFORM = "uniform"
 #: the candidate compress allocates by where it made no choice (the scores say nothing of their data): the latency
 #: search by prune's default criterion
 SEARCH = PruneSettings.criterion
-CANDIDATES: dict[str, dict[str, Any]] = {
-    **{name: {"criterion": criterion, "rearrange": rearranged} for name, criterion, rearranged in candidates()},
-    UNIFORM: {"criterion": PruneSettings.criterion, "rearrange": False},
-}
+
+
+def candidate_allocations() -> dict[str, dict[str, Any]]:
+    """The candidates by name, each with its ``prune`` settings besides the target (read from the registry of
+    criteria at each call: a criterion registered later is a candidate too)."""
+    return {**{name: {"criterion": criterion, "rearrange": rearranged} for name, criterion, rearranged in candidates()},
+            UNIFORM: {"criterion": PruneSettings.criterion, "rearrange": False}}
 
 
 def uniform_width_for(model: str | os.PathLike, latency: str | os.PathLike, speedup: float) -> str | None:
@@ -71,18 +74,20 @@ def uniform_width_for(model: str | os.PathLike, latency: str | os.PathLike, spee
 
 def candidate_settings(name: str, model: str | os.PathLike, latency: str | os.PathLike,
                        speedup: float) -> dict[str, Any] | None:
-    """``prune``'s settings for candidate ``name`` (of :data:`CANDIDATES`) at ``speedup``; None where there is none."""
+    """``prune``'s settings for candidate ``name`` (of :func:`candidate_allocations`) at ``speedup``; None where there
+    is none."""
+    own = candidate_allocations()[name]
     if name == UNIFORM:
         width = uniform_width_for(model, latency, speedup)
-        return None if width is None else {"width": width, **CANDIDATES[name]}
-    return {"speedup": speedup, "latency": str(latency), **CANDIDATES[name]}
+        return None if width is None else {"width": width, **own}
+    return {"speedup": speedup, "latency": str(latency), **own}
 
 
 def choose_allocation(source: Path, teacher: str | os.PathLike, latency: str | os.PathLike, speedup: float,
                       scratch: Path, *, prune_settings: Mapping[str, Any], samples: int,
                       seed: int) -> dict[str, Any] | None:
     """Which allocation of ``source`` for a predicted ``speedup`` starts closest to ``teacher``: each of
-    :data:`CANDIDATES` is pruned (with ``prune_settings`` besides the candidate's own: compress gives those of its
+    :func:`candidate_allocations` is pruned (with ``prune_settings`` besides the candidate's own: compress gives those of its
     untuned prune stage, as tuning is slow and keeps the ranking closely enough) into ``scratch`` and compared by :func:`teacher_gap` on
     ``samples`` training examples of the data ``source``'s scores were computed on. None where the scores do not
     say what their data was."""
@@ -91,7 +96,8 @@ def choose_allocation(source: Path, teacher: str | os.PathLike, latency: str | o
     if not isinstance(description, dict):
         return None
     settings: dict[str, dict[str, Any]] = {}
-    for name in CANDIDATES:
+    order = list(candidate_allocations())
+    for name in order:
         candidate = candidate_settings(name, source, latency, speedup)
         if candidate is None:
             continue
@@ -101,9 +107,8 @@ def choose_allocation(source: Path, teacher: str | os.PathLike, latency: str | o
         settings[name] = candidate
     gaps = teacher_gap([scratch / name for name in settings], teacher, description, samples=samples, seed=seed)
     by_name = dict(zip(settings, gaps))
-    order = list(CANDIDATES)
     chosen = min(by_name, key=lambda name: (by_name[name], order.index(name)))
     return {"chosen": chosen, "settings": settings[chosen], "gaps": by_name, "samples": samples}
 
 
-__all__ = ["CANDIDATES", "SEARCH", "UNIFORM", "candidate_settings", "choose_allocation", "teacher_gap", "uniform_width_for"]
+__all__ = ["SEARCH", "UNIFORM", "candidate_allocations", "candidate_settings", "choose_allocation", "teacher_gap", "uniform_width_for"]
