@@ -35,7 +35,7 @@ class DropSettings:
             both = "both" if self.keep is not None else "neither"
             raise GhostifyError(f"drop-layers got {both} of --keep and --layers; give one: --keep N (keep the N most "
                                 "important layers) or --layers 0,2,4 (keep exactly these)")
-        object.__setattr__(self, "_ranking", criterion(self.criterion, LAYERS))
+        criterion(self.criterion, LAYERS)
         if self.layers is not None and self.importance is not None:
             raise GhostifyError(f"--importance {self.importance} is not used with --layers {self.layers} (the layers "
                                 "are given); drop --importance, or give --keep N to choose by the scores")
@@ -43,7 +43,7 @@ class DropSettings:
     @property
     def ranking(self) -> Criterion:
         """The criterion the layer scores rank by (``--criterion``, checked)."""
-        return self._ranking
+        return criterion(self.criterion, LAYERS)
 
     def chosen(self, depth: int, first_fixed: str | None = None) -> list[int] | None:
         """The layers ``--layers`` keeps (checked against a model of ``depth`` layers), or None with

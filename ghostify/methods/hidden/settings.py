@@ -46,17 +46,17 @@ class HiddenSettings:
 
     def __post_init__(self) -> None:
         """Every refusal the settings alone can get, each in one line."""
-        ranking = criterion(self.criterion, CHANNELS)
+        criterion(self.criterion, CHANNELS)
         if not isinstance(self.keep_output_dim, bool):
             raise GhostifyError(f"--keep-output-dim {self.keep_output_dim!r} must be true or false")
-        object.__setattr__(self, "_derived", (ranking, parse_width(self.hidden_width, "--hidden-width")))
+        object.__setattr__(self, "_width", parse_width(self.hidden_width, "--hidden-width"))  # derived once, here
 
     @property
     def ranking(self) -> Criterion:
         """The criterion the channel scores rank by (``--criterion``, checked)."""
-        return self._derived[0]
+        return criterion(self.criterion, CHANNELS)
 
     @property
     def width(self) -> Fraction:
         """The checked width."""
-        return self._derived[1]
+        return self._width

@@ -16,7 +16,7 @@ from ...architectures import ArchitectureAdapter, get_adapter
 from ...errors import GhostifyError
 from ...record import GhostifyRecord
 from ..base import Context, Entry, check_order, distinct_layers
-from ..criteria import criteria
+from ..criteria import WEIGHT_MAGNITUDE, criteria
 from ..criteria import get as get_criterion
 from ..scores import SCORES_NAME, FisherScores, ImportanceScores
 from .allocation import Selection, check_keeps_a_head, select
@@ -231,4 +231,4 @@ def scores_for(model: nn.Module, source: str, importance: str | None) -> tuple[I
         "run `ghostify importance` first for loss-based scores",
         stacklevel=3,
     )
-    return magnitude_importance(model, get_adapter(model.config)), "weight-magnitude"
+    return magnitude_importance(model, get_adapter(model.config)), WEIGHT_MAGNITUDE

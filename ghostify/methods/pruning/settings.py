@@ -58,27 +58,28 @@ class PruneSettings:
 
     def __post_init__(self) -> None:
         """Every refusal the settings alone can get, each in one line, in the order a reader checks them."""
-        ranking = criterion(self.criterion, HEADS)
+        criterion(self.criterion, HEADS)
         _check_tune_masks(self.tune_masks)
         speedup = self._target_speedup()
-        widths = self._widths() if speedup is None else None
-        object.__setattr__(self, "_derived", (ranking, speedup, widths))
+        # derived once, here (not fields: they are no settings of their own)
+        object.__setattr__(self, "_speedup", speedup)
+        object.__setattr__(self, "_widths_kept", self._widths() if speedup is None else None)
 
     @property
     def ranking(self) -> Criterion:
         """The criterion the scores rank by (``--criterion``, checked)."""
-        return self._derived[0]
+        return criterion(self.criterion, HEADS)
 
     @property
     def target_speedup(self) -> float | None:
         """The checked ``--speedup`` (None: prune to :attr:`widths`): above 1, with a latency model, and no width or
         ``--allocation`` beside it."""
-        return self._derived[1]
+        return self._speedup
 
     @property
     def widths(self) -> tuple[Fraction, Fraction] | None:
         """The heads' and the FFN's width, each checked (None with ``--speedup``)."""
-        return self._derived[2]
+        return self._widths_kept
 
     @functools.cached_property
     def latency_model(self) -> LatencyModel | None:
