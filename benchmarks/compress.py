@@ -113,21 +113,20 @@ class Results:
 # ----- shared pieces ----------------------------------------------------------------------------------
 def in_runtime(model: Path, exports: Path, runtime: str) -> str:
     """``model`` as ``runtime`` runs it (its ONNX export into ``exports``, made once), as compress does."""
-    from ghostify import steps
     from ghostify.latency_model import Deployment
-    from ghostify.recipe.compress import _graph_name, _in_runtime
+    from ghostify.recipe.compress_timing import graph_name, in_runtime as runtime_model
 
     if runtime == "pytorch":
         return str(model)
-    graph = exports / _graph_name(runtime)
+    graph = exports / graph_name(runtime)
     if graph.is_file():
         return str(graph)
-    return _in_runtime(model, exports, Deployment(runtime=runtime), steps.export)
+    return runtime_model(model, exports, Deployment(runtime=runtime))
 
 
 def measure(files: list[str], batch: int, rounds: int) -> list[dict[str, Any]]:
     """``files`` taking turns in ``bench`` at ``batch`` x 128 tokens, 1 thread: compress's own call
-    (``recipe.compress._measure``), its exports made once instead of on every check."""
+    (``recipe.compress_timing.measure``), its exports made once instead of on every check."""
     from ghostify import steps
     from ghostify.settings import BenchDefaults
 
@@ -357,7 +356,8 @@ def uniform(args, store: Results, target: float, report: dict[str, Any]) -> dict
 
     from ghostify import recipe as recipes
     from ghostify.latency_model import LatencyModel
-    from ghostify.recipe.compress import _metrics, compress_recipe, data_mapping
+    from ghostify.recipe.compress import compress_recipe, data_mapping
+    from ghostify.recipe.compress_report import metrics as _metrics
     from ghostify.settings import CompressDefaults, TaskSettings
 
     key = f"real/{target:g}x/uniform"

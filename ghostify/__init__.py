@@ -19,7 +19,7 @@ def __getattr__(name: str) -> Any:
     """``load_model`` and ``save_checkpoint`` on first use: importing the package must stay light,
     so that the CLI handles Ctrl-C before torch and transformers load."""
     if name in ("load_model", "save_checkpoint"):
-        from . import checkpoint
+        from . import checkpoint  # torch and transformers: on first use, not when the package is imported
 
         return getattr(checkpoint, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from .errors import GhostifyError
 
@@ -29,6 +31,33 @@ TRAIN_MODES = ("all", "ghost-only")
 INTERNAL = "internal"
 #: ``--seed`` of every command that draws something (training, scoring, augmenting, new modules)
 DEFAULT_SEED = 0
+
+
+def parse_width(text: str | float | Fraction, name: str = "--width") -> Fraction:
+    """``"0.25"``, ``"3/12"`` or a number, as an exact fraction in (0, 1] (``prune``'s widths, ``prune-hidden``'s)."""
+    try:
+        value = Fraction(str(text).strip())
+    except (ValueError, ZeroDivisionError):
+        raise GhostifyError(f"{name} {text!r} is not a number; give a fraction such as 0.25 or 3/12") from None
+    if not 0 < value <= 1:
+        raise GhostifyError(f"{name} {text} is outside (0, 1]; give a fraction such as 0.25 or 3/12")
+    return value
+
+
+def checked_speedup(value: object) -> float:
+    """``--speedup`` (``prune``'s, ``compress``'s) as a float: a finite number above 1, else one line."""
+    speedup = None if isinstance(value, bool) else _float(value)
+    if speedup is None or not math.isfinite(speedup) or speedup <= 1:
+        raise GhostifyError(f"--speedup {value!r} must be a finite number above 1 (the predicted latency is at most "
+                            "dense / X), e.g. 2")
+    return speedup
+
+
+def _float(value: object) -> float | None:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -384,4 +413,5 @@ class CompressDefaults:
 
 
 __all__ = ["AugmentDefaults", "BUDGETS", "BenchDefaults", "Budget", "CompressDefaults", "DataSettings", "DistillWeights", "ExportDefaults", "FinetuneWeights", "ImportanceDefaults",
-           "InfoDefaults", "LatencyDefaults", "StudentSettings", "TaskSettings", "TeacherStoreSettings", "TrainSettings"]
+           "InfoDefaults", "LatencyDefaults", "StudentSettings", "TaskSettings", "TeacherStoreSettings", "TrainSettings",
+           "checked_speedup", "parse_width"]

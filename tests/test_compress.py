@@ -72,7 +72,7 @@ def _toy_args(world: Path, out: Path, *extra: str) -> list:
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["--speedup", "1"], "--speedup 1.0 must be a number above 1"),
+    (["--speedup", "1"], "--speedup 1.0 must be a finite number above 1"),
     (["--speedup", "2", "--runtime", "tensorrt"], "unknown --runtime 'tensorrt'"),
     (["--speedup", "2", "--budget", "huge"], "unknown --budget 'huge'"),
     (["--speedup", "2", "--threads", "0"], "--threads 0 must be a whole number of at least 1"),
@@ -106,7 +106,7 @@ def test_a_missed_speedup_is_reallocated_once_with_the_measured_correction(world
     monkeypatch.setattr(compress_module, "_measure", lambda *a, **k: {"measured": 2.02, "dense_ms": 2.0,
                                                                         "compressed_ms": 0.99, "measured_low": 2.0,
                                                                         "measured_high": 2.1})
-    monkeypatch.setattr(compress_module, "_report", lambda *a, **k: {"measured_speedup": 2.02, "attempts": a[6]})
+    monkeypatch.setattr(compress_module, "_report", lambda *a, **k: {"measured_speedup": 2.02, "attempts": a[2]})
     monkeypatch.setattr(compress_module, "_write_report", lambda out, report: None)
     lines = []
     report = compress_module.compress(world / "model", tmp_path / "out", speedup=2,
@@ -162,7 +162,7 @@ def test_a_miss_with_whole_layers_replans_them_only_when_the_same_layers_cannot_
     monkeypatch.setattr(compress_module, "_allocate_and_measure", _fake_structural_measure(allocations, reach))
     monkeypatch.setattr(compress_module, "run_recipe", lambda recipe, run_dir, on_stage=None: ran.append(recipe))
     monkeypatch.setattr(compress_module, "_measure", lambda *a, **k: {"measured": 2.0})
-    monkeypatch.setattr(compress_module, "_report", lambda *a, **k: {"attempts": a[6]})
+    monkeypatch.setattr(compress_module, "_report", lambda *a, **k: {"attempts": a[2]})
     monkeypatch.setattr(compress_module, "_write_report", lambda out, report: None)
     lines = []
     compress_module.compress(world / "model", tmp_path / "out", speedup=2, drop_layers=True, prune_hidden=False,

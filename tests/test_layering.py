@@ -427,3 +427,29 @@ def test_the_method_access_check_sees_every_way_in(tmp_path, monkeypatch):
     lines = {(w.split(" ")[0], int(w.split("line ")[1].split(",")[0])) for w in wrong}
     assert lines == {("ghostify.steps.bad", n) for n in (2, 4, 5, 7, 9)} | {("ghostify.methods.other.apply", 2),
                                                                                ("ghostify.cli.x", 1)}, wrong
+
+
+def test_no_two_methods_import_each_other():
+    # what two methods both need lives below both (ghostify/methods/criteria.py, scores.py, base.py): a method may
+    # use another's public names, never in both directions (pruning and hidden once did, kept apart by lazy imports)
+    graph = import_graph()
+    folder = f"{ROOT}.methods."
+
+    def method(module: str) -> str | None:
+        parts = module.split(".")
+        return ".".join(parts[:3]) if module.startswith(folder) and (PACKAGE / "methods" / parts[2]).is_dir() else None
+
+    uses = {(method(m), method(e.target)) for m, edges in graph.items() for e in edges
+            if method(m) and method(e.target) and method(m) != method(e.target)}
+    both = sorted({tuple(sorted(pair)) for pair in uses if pair[::-1] in uses})
+    assert not both, f"methods that import each other: {both}"
+
+
+def test_own_modules_are_imported_at_module_level_outside_the_cli():
+    # an import inside a function hides an arrow of the import graph: outside cli/ (which defers torch for a fast
+    # --help) at most 20 are left, each breaking a cycle or deferring a heavy import and saying so
+    # (`python scripts/function_imports.py` lists them)
+    script = PACKAGE.parent / "scripts" / "function_imports.py"
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "NO REASON GIVEN" not in result.stdout

@@ -129,14 +129,14 @@ def test_the_report_plot_names_each_place_once_and_no_label_covers_another(quick
 def test_the_speedup_figure_has_a_legend_the_original_sizes_and_whole_numbers(drawn_figures, tmp_path):
     """Issue 39: no legend for the blue and orange bars, a heads axis ticked 0.0-1.0 for a count of 1, the
     original 12 heads and 1,536 neurons not shown."""
-    from ghostify.recipe.compress import _plot
+    from ghostify.recipe.compress_report import plot
 
     report = {"heads_per_layer": [12, 6, 1], "neurons_per_layer": [1536, 800, 144], "layers": [0, 2, 3], "layers_of": 4,
               "heads_of": 12, "neurons_of": 1536, "target_speedup": 2.0, "measured_speedup": 2.04,
               "measured_range": [1.9, 2.1], "deployment": {"runtime": "onnx-int8", "batch_size": 1, "seq_len": 128, "threads": 1},
               "allocations": [{"measured": 1.71, "predicted": 2.0, "measured_low": 1.6, "measured_high": 1.8},
                               {"measured": 1.97, "predicted": 2.3, "measured_low": 1.9, "measured_high": 2.0}]}
-    _plot(tmp_path / "speedup.png", report)
+    plot(tmp_path / "speedup.png", report)
     (figure,) = drawn_figures
     left, right = figure.axes
     legends = [t.get_text() for ax in (left, right) for t in ax.get_legend().get_texts()]

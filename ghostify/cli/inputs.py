@@ -8,11 +8,11 @@ and recipes get the same lines. Parameters are found by name: a setting has one 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..console import launched_processes
 from ..errors import GhostifyError
 from ..files import check_input_file, check_not_a_file, check_source
 
@@ -88,7 +88,7 @@ def check_one_process(command: str) -> None:
     """Refuse ``command`` under a multi-process launch (``accelerate launch``, torchrun), where every
     process would run it whole and write the same output. ``ghostify run`` runs such a stage of a
     recipe on the main process while the others wait."""
-    processes = int(os.environ.get("WORLD_SIZE", "1") or "1")
+    processes = launched_processes()
     if processes > 1:
         raise GhostifyError(f"{command} runs as one process ({processes} were launched): under accelerate launch every "
                             "process would run it whole and write the same output; run "

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..architectures import get_adapter
 from ..errors import GhostifyError, Terminated
 from ..pooling import Pooling
 from ..settings import MODULE_GROUPS
@@ -193,8 +194,6 @@ def module_group(model: nn.Module, group: str) -> list[str]:
     if group == "task-head":
         base = model.base_model  # a model without a head is its own base model
         return [name for name, child in model.named_children() if child is not base] if base is not model else []
-    from ..architectures import get_adapter
-
     adapter = get_adapter(model.config)
     names = {id(module): name for name, module in model.named_modules()}
     found = []

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError
-from .base import (DEFAULT_SEED, Context, Entry, Examples, Method, add, check_order, lazy, order_problem, refusal,
-                   registry, set_loader, setting)
+from .base import (DEFAULT_SEED, Context, Entry, Examples, Method, add, channel_origin, check_order, distinct_layers,
+                   layer_origin, lazy, order_problem, refusal, registry, set_loader, setting)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -34,6 +34,7 @@ ENTRY_POINT_GROUP = "ghostify.methods"
 
 def _shipped() -> tuple[Method, ...]:
     """The methods ghostify ships, in restore order (their declarations import no torch)."""
+    # each method's package imports this one's (its base): the registry imports them when it is first needed
     from . import dropped_layers, embeddings, ghost, grouped, hidden, pruning, references, sharing
 
     return (
@@ -182,16 +183,6 @@ def validate_record(record: GhostifyRecord, config: Any, source: str) -> None:
             method.validate(entry, config, source)
 
 
-def distinct_layers(config: Any, adapter: ArchitectureAdapter, record: GhostifyRecord) -> int:
-    """How many distinct layers ``config`` builds with ``record``'s methods."""
-    for method in registry():
-        if method.distinct_layers is not None:
-            count = method.distinct_layers(config, adapter, record.entry(method.name))
-            if count is not None:
-                return count
-    return adapter.num_layers(config)
-
-
 def save_all(model: nn.Module, directory: Any, record: GhostifyRecord) -> None:
     """Every method's extra files beside the weights; a hook may complete its entry."""
     for method in registry():
@@ -207,26 +198,6 @@ def measure_all(model: nn.Module, flop_counts: Any) -> dict[str, Any]:
         if method.measure is not None:
             out.update(method.measure(model, flop_counts))
     return out
-
-
-def layer_origin(record: GhostifyRecord | None) -> tuple[list[int], int] | None:
-    """Which layers of the ``of``-layer model it was made from ``record``'s model's layers are
-    (``(kept, of)``), when a method says so; else None."""
-    for method in registry():
-        entry = record.entry(method.name) if record is not None else None
-        if entry and method.layer_origin is not None:
-            return method.layer_origin(entry)
-    return None
-
-
-def channel_origin(record: GhostifyRecord | None) -> tuple[list[int], int] | None:
-    """Which of the ``of`` residual channels of the model it was made from ``record``'s model keeps
-    (``(kept, of)``), when a method says so; else None."""
-    for method in registry():
-        entry = record.entry(method.name) if record is not None else None
-        if entry and method.channel_origin is not None:
-            return method.channel_origin(entry)
-    return None
 
 
 def describe_all(info: Mapping[str, Any]) -> list[tuple[str, str]]:

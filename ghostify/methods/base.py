@@ -266,3 +266,33 @@ def check_order(name: str, record: Any) -> None:
     problem = order_problem(next(m for m in methods if m.name == name), applied, methods)
     if problem is not None:
         raise GhostifyError(problem)
+
+
+def layer_origin(record: Any) -> tuple[list[int], int] | None:
+    """Which layers of the ``of``-layer model it was made from ``record``'s model's layers are
+    (``(kept, of)``), when a method says so (``Method.layer_origin``: drop-layers); else None."""
+    for method in registry():
+        entry = record.entry(method.name) if record is not None else None
+        if entry and method.layer_origin is not None:
+            return method.layer_origin(entry)
+    return None
+
+
+def channel_origin(record: Any) -> tuple[list[int], int] | None:
+    """Which of the ``of`` residual channels of the model it was made from ``record``'s model keeps
+    (``(kept, of)``), when a method says so (``Method.channel_origin``: prune-hidden); else None."""
+    for method in registry():
+        entry = record.entry(method.name) if record is not None else None
+        if entry and method.channel_origin is not None:
+            return method.channel_origin(entry)
+    return None
+
+
+def distinct_layers(config: Any, adapter: ArchitectureAdapter, record: Any) -> int:
+    """How many distinct layers ``config`` builds with ``record``'s methods (record None: a plain model)."""
+    for method in registry():
+        if method.distinct_layers is not None:
+            count = method.distinct_layers(config, adapter, record.entry(method.name) if record is not None else None)
+            if count is not None:
+                return count
+    return adapter.num_layers(config)

@@ -15,10 +15,10 @@ from ..errors import GhostifyError
 from ..export.runtime import onnx_path
 from ..steps.info import report_size
 from ..units import human
+from .schema import Recipe, references
 
 if TYPE_CHECKING:
     from .plan import PlannedStage
-    from .schema import Recipe
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -63,7 +63,6 @@ def stage_summary(planned: "PlannedStage", wall_time: float) -> dict[str, Any]:
 
 
 def write_report(run_dir: Path, recipe: "Recipe", rows: list[dict[str, Any]]) -> dict[str, Any]:
-    from .schema import references
 
     teacher = references(recipe.header.teacher or "")
     labels = {row["stage"].split("-", 1)[-1]: row["stage"] for row in rows}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..augment import augment
+from ..methods import applied_by, methods
 from .apply_method import apply_method, method_step
 from .bench import bench
 from .distill import distill
@@ -23,8 +24,6 @@ from .latency import latency
 
 
 def __getattr__(name: str) -> Any:
-    from ..methods import applied_by
-
     method = applied_by(name.replace("_", "-"))
     if method is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -35,8 +34,6 @@ def __getattr__(name: str) -> Any:
 
 def method_steps() -> dict[str, Any]:
     """The step of every registered method that a command of its own applies, by command name."""
-    from ..methods import methods
-
     return {m.command: __getattr__(m.command.replace("-", "_")) for m in methods() if m.apply is not None}
 
 

@@ -23,7 +23,7 @@ SPLIT = "train"
 
 
 def data_description(data: DataSettings, task: TaskSettings) -> dict[str, Any]:
-    """What :func:`unlabelled_batches` needs to read the same data again (JSON: tuples as lists)."""
+    """What :func:`task_batches` needs to read the same data again (JSON: tuples as lists)."""
 
     def plain(settings: Any) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(settings).items()}
@@ -45,16 +45,9 @@ def settings_of(description: Mapping[str, Any], where: str) -> tuple[DataSetting
                             f"({type(exc).__name__}: {exc}); re-run `ghostify importance`") from None
 
 
-def unlabelled_batches(model: str | os.PathLike, description: Mapping[str, Any], count: int, seed: int,
-                       batch_size: int = ImportanceDefaults.batch_size) -> list[dict[str, Any]]:
-    """``count`` training examples (a seeded random subset) of the data ``description`` names, encoded as the
-    task's kind encodes them with ``model``'s tokenizer, without their labels, in batches of ``batch_size``."""
-    return task_batches(model, description, count, seed, batch_size)[1]
-
-
 def unlabelled_examples(model: str | os.PathLike, description: Mapping[str, Any], count: int, seed: int,
                         batch_size: int = ImportanceDefaults.batch_size) -> Examples:
-    """:func:`unlabelled_batches`, with how far a model's outputs on one of them are from a teacher's: the task's
+    """:func:`task_batches`' batches, with how far a model's outputs on one of them are from a teacher's: the task's
     prediction-layer distillation loss at temperature 1, less the teacher's own (what ``Context.examples``
     gives a method: mask tuning keeps its scales only where they bring the model closer to its teacher)."""
     kind, batches = task_batches(model, description, count, seed, batch_size)
@@ -67,7 +60,9 @@ def unlabelled_examples(model: str | os.PathLike, description: Mapping[str, Any]
 
 def task_batches(model: str | os.PathLike, description: Mapping[str, Any], count: int, seed: int,
                  batch_size: int = ImportanceDefaults.batch_size) -> tuple[TaskKind, list[dict[str, Any]]]:
-    """:func:`unlabelled_batches` and the task kind that read them (completed from the data: its labels)."""
+    """``count`` training examples (a seeded random subset) of the data ``description`` names, encoded as the
+    task's kind encodes them with ``model``'s tokenizer, without their labels, in batches of ``batch_size``; and the
+    task kind that read them (completed from the data: its labels)."""
     from torch.utils.data import DataLoader
 
     data, task = settings_of(description, "the importance scores")
@@ -88,4 +83,4 @@ def task_batches(model: str | os.PathLike, description: Mapping[str, Any], count
     return kind, batches
 
 
-__all__ = ["SPLIT", "data_description", "settings_of", "task_batches", "unlabelled_batches", "unlabelled_examples"]
+__all__ = ["SPLIT", "data_description", "settings_of", "task_batches", "unlabelled_examples"]

@@ -11,6 +11,12 @@ from typing import Any
 
 import torch
 
+from ..architectures import get_adapter
+from ..checkpoint import load_config, read_record
+from ..latency_model import LatencyModel
+from ..methods.criteria import candidates
+from ..methods.pruning import ImportanceScores, PruneSettings, current_width, uniform_width
+from .apply_method import apply_method
 from .examples import task_batches
 
 
@@ -39,24 +45,25 @@ def teacher_gap(models: list[str | os.PathLike], teacher: str | os.PathLike, des
 
 
 #: the allocations compress compares before training (each a set of ``prune`` settings besides the target): the
-#: latency search by the Fisher information, with and without rearrangement within layers, by the first-order
-#: scores, and uniform width. No one of them wins everywhere (benchmarks/results/retraining_free.md).
-CANDIDATES: dict[str, dict[str, Any]] = {
-    "fisher": {"criterion": "fisher", "rearrange": False},
-    "fisher+rearranged": {"criterion": "fisher", "rearrange": True},
-    "loss-gradient": {"criterion": "loss-gradient", "rearrange": False},
-    "uniform": {"criterion": "fisher", "rearrange": False},
-}
+#: latency search by each criterion of the registry on the loss's scale (``fisher``, ``loss-gradient``), by those
+#: that keep blocks rearranged within layers too (``fisher+rearranged``), and uniform width (ranked by prune's
+#: default criterion). No one of them wins everywhere (benchmarks/results/retraining_free.md).
+UNIFORM = "uniform"
+#: the candidate compress allocates by where it made no choice (the scores say nothing of their data): the latency
+#: search by prune's default criterion
+SEARCH = PruneSettings.criterion
+
+
+def candidate_allocations() -> dict[str, dict[str, Any]]:
+    """The candidates by name, each with its ``prune`` settings besides the target (read from the registry of
+    criteria at each call: a criterion registered later is a candidate too)."""
+    return {**{name: {"criterion": criterion, "rearrange": rearranged} for name, criterion, rearranged in candidates()},
+            UNIFORM: {"criterion": PruneSettings.criterion, "rearrange": False}}
 
 
 def uniform_width_for(model: str | os.PathLike, latency: str | os.PathLike, speedup: float) -> str | None:
     """The widest uniform width (``prune --width``) whose predicted latency on ``model``'s layers is within dense /
     ``speedup``; None where not even one head per layer is."""
-    from ..architectures import get_adapter
-    from ..checkpoint import load_config, read_record
-    from ..latency_model import LatencyModel
-    from ..methods.pruning import current_width, uniform_width
-
     costs = LatencyModel.load(latency)
     config = load_config(model)
     record = read_record(config)
@@ -67,42 +74,41 @@ def uniform_width_for(model: str | os.PathLike, latency: str | os.PathLike, spee
 
 def candidate_settings(name: str, model: str | os.PathLike, latency: str | os.PathLike,
                        speedup: float) -> dict[str, Any] | None:
-    """``prune``'s settings for candidate ``name`` (of :data:`CANDIDATES`) at ``speedup``; None where there is none."""
-    if name == "uniform":
+    """``prune``'s settings for candidate ``name`` (of :func:`candidate_allocations`) at ``speedup``; None where there
+    is none."""
+    own = candidate_allocations()[name]
+    if name == UNIFORM:
         width = uniform_width_for(model, latency, speedup)
-        return None if width is None else {"width": width, **CANDIDATES[name]}
-    return {"speedup": speedup, "latency": str(latency), **CANDIDATES[name]}
+        return None if width is None else {"width": width, **own}
+    return {"speedup": speedup, "latency": str(latency), **own}
 
 
 def choose_allocation(source: Path, teacher: str | os.PathLike, latency: str | os.PathLike, speedup: float,
                       scratch: Path, *, prune_settings: Mapping[str, Any], samples: int,
                       seed: int) -> dict[str, Any] | None:
     """Which allocation of ``source`` for a predicted ``speedup`` starts closest to ``teacher``: each of
-    :data:`CANDIDATES` is pruned (with ``prune_settings`` besides the candidate's own, but without mask tuning:
-    tuning is slow, and keeps the ranking closely enough) into ``scratch`` and compared by :func:`teacher_gap` on
+    :func:`candidate_allocations` is pruned (with ``prune_settings`` besides the candidate's own: compress gives those of its
+    untuned prune stage, as tuning is slow and keeps the ranking closely enough) into ``scratch`` and compared by :func:`teacher_gap` on
     ``samples`` training examples of the data ``source``'s scores were computed on. None where the scores do not
     say what their data was."""
-    from ..methods.pruning import ImportanceScores
-    from .apply_method import apply_method
-
     scores = prune_settings.get("importance") or source  # a model whose channels were cut reads its input's scores
     description = ImportanceScores.load(scores).metadata.get("data")
     if not isinstance(description, dict):
         return None
     settings: dict[str, dict[str, Any]] = {}
-    for name in CANDIDATES:
+    order = list(candidate_allocations())
+    for name in order:
         candidate = candidate_settings(name, source, latency, speedup)
         if candidate is None:
             continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            apply_method("pruning", source, scratch / name, **{**prune_settings, **candidate, "tune_masks": 0})
+            apply_method("pruning", source, scratch / name, **{**prune_settings, **candidate})
         settings[name] = candidate
     gaps = teacher_gap([scratch / name for name in settings], teacher, description, samples=samples, seed=seed)
     by_name = dict(zip(settings, gaps))
-    order = list(CANDIDATES)
     chosen = min(by_name, key=lambda name: (by_name[name], order.index(name)))
     return {"chosen": chosen, "settings": settings[chosen], "gaps": by_name, "samples": samples}
 
 
-__all__ = ["CANDIDATES", "candidate_settings", "choose_allocation", "teacher_gap", "uniform_width_for"]
+__all__ = ["SEARCH", "UNIFORM", "candidate_allocations", "candidate_settings", "choose_allocation", "teacher_gap", "uniform_width_for"]

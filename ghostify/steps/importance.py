@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from pathlib import Path
 
 from ..architectures import get_adapter
 from ..checkpoint import is_local, load_config, load_model, model_record, save_checkpoint
@@ -129,9 +128,3 @@ def importance(
         weights_from=model if is_local(model) else None,
     )
     return scores
-
-
-def importance_path(model: str | os.PathLike) -> Path | None:
-    path = Path(model) / SCORES_NAME
-    return path if path.is_file() else None
-

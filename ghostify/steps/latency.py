@@ -32,8 +32,9 @@ from ..errors import GhostifyError
 from ..export.onnx import INT8_NAME, ONNX_NAME
 from ..files import atomic_directory, check_output_dir, held_lock, write_text_atomically
 from ..latency_model import LATENCY_FILE, ChannelCosts, Deployment, Geometry, LatencyModel
-from ..methods import channel_origin, layer_origin
-from ..methods.pruning import dense_record, prune_model
+from ..methods import channel_origin
+from ..methods.hidden import cut_hidden, refusal
+from ..methods.pruning import dense_record, model_geometry, prune_model
 from ..record import RECORD_KEY, GhostifyRecord
 from ..settings import BenchDefaults, LatencyDefaults
 from .bench import check_memory, check_positions, guarded, module_runner, runner_for, take_turns
@@ -122,23 +123,15 @@ def latency(
 
 def original_geometry(config: Any) -> Geometry:
     """The geometry of the model ``config`` was made from: pruning keeps the original head and FFN
-    sizes in the config (the record lists what is kept), drop-layers says how many layers there were.
-    Attention is counted in units (heads, or key/value groups), as pruning counts it."""
-    adapter = get_adapter(config)  # one line for a family ghostify cannot prune
-    record = read_record(config)
-    origin = layer_origin(record)
-    layers = origin[1] if origin is not None else adapter.num_layers(config)
-    channels = channel_origin(record)
-    hidden = channels[1] if channels is not None else adapter.hidden_size(config)
-    return Geometry(family=adapter.family or config.model_type, hidden_size=hidden,
-                    num_heads=adapter.num_units(config), ffn_size=adapter.ffn_size(config), num_layers=layers)
+    sizes in the config (the record lists what is kept), drop-layers and prune-hidden say how many layers and
+    channels there were; attention counted in units, as pruning counts it. The one description, which ``prune
+    --speedup`` compares with (``methods.pruning.model_geometry``); a family ghostify cannot prune is refused."""
+    return model_geometry(config, get_adapter(config), read_record(config))
 
 
 def hidden_widths(config: Any, geometry: Geometry) -> list[int]:
     """The narrower hidden sizes the latency model is also measured at (a half and a quarter, each a multiple of
     the head count, as ``prune-hidden`` keeps); none where the family's hidden size cannot be cut."""
-    from ..methods.hidden import refusal
-
     if refusal(config, None) is not None:
         return []
     heads = get_adapter(config).num_heads(config)
@@ -222,8 +215,6 @@ def build(config: Any, shape: Shape, seed: int) -> tuple[torch.nn.Module, Ghosti
     record = prune_model(net, adapter, dense_record(net, adapter), [list(range(h)) for h in heads],
                          [list(range(n)) for n in neurons])
     if shape.hidden is not None:  # with the hidden-size method's own function, as prune-hidden cuts
-        from ..methods.hidden import cut_hidden
-
         record = cut_hidden(net, record, list(range(shape.hidden)))
     return net, record
 

@@ -6,6 +6,7 @@ model, its scores and a latency model of its shape."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from ..architectures import get_adapter
 from ..checkpoint import load_config, read_record
@@ -13,8 +14,8 @@ from ..errors import GhostifyError
 from ..latency_model import LatencyModel
 from ..methods.dropped_layers import check_droppable
 from ..methods.hidden import HiddenSettings, refusal
-from ..methods.pruning import (ImportanceScores, LatencyPlan, PruneSettings, current_width, model_geometry,
-                               plan_for_latency)
+from ..methods.pruning import (ImportanceScores, LatencyPlan, PruneSettings, check_reachable, current_width,
+                               measured_widths, model_geometry, plan_for_latency)
 
 
 def plan_structure(model: str | os.PathLike, importance: str | os.PathLike, latency: str | os.PathLike,
@@ -23,9 +24,9 @@ def plan_structure(model: str | os.PathLike, importance: str | os.PathLike, late
     """The plan for a predicted ``speedup`` of ``model`` (scored by ``importance``, a scores file or the
     directory of ``ghostify importance``; ``latency``: a latency model file or directory) when whole
     ``layers`` and/or residual channels (``hidden``) may go too; None where neither may: a model with
-    shared layers (drop-layers refuses it) or a family whose hidden size cannot be cut, scores without layer
-    or channel scores, a latency model measured at one hidden size only, or one of another shape (``prune
-    --speedup`` says so)."""
+    shared layers (drop-layers refuses it) or a family whose hidden size cannot be cut (:func:`structural_axes`),
+    scores without layer or channel scores, a latency model measured at one hidden size only, or one of another
+    shape (``prune --speedup`` says so)."""
     config = load_config(model)
     record = read_record(config)
     adapter = get_adapter(config)
@@ -33,18 +34,10 @@ def plan_structure(model: str | os.PathLike, importance: str | os.PathLike, late
     costs = LatencyModel.load(latency)
     if costs.geometry != model_geometry(config, adapter, record):
         return None
+    layers, hidden = _axes(config, record, layers=layers, hidden=hidden)
     heads, ffn, layer_scores, _ = scores.ranked_by(criterion)
-    if layers:
-        try:
-            check_droppable(adapter, config, record)
-        except GhostifyError:
-            layer_scores = None
-    else:
-        layer_scores = None
-    channel_scores = None
-    if hidden and refusal(config, record.entry("hidden") if record is not None else None) is None \
-            and costs.predicts_hidden:
-        channel_scores, _ = scores.hidden_ranked_by(HiddenSettings.criterion)
+    layer_scores = layer_scores if layers else None
+    channel_scores = scores.hidden_ranked_by(HiddenSettings.criterion)[0] if hidden and costs.predicts_hidden else None
     if layer_scores is None and channel_scores is None:
         return None
     width = adapter.hidden_size(config)
@@ -58,7 +51,10 @@ def structural_axes(model: str | os.PathLike, *, layers: bool, hidden: bool) -> 
     """Which of the asked axes ``model``'s structure allows: whole layers (not where layers are shared) and
     residual channels (not in a family whose hidden size cannot be cut); :func:`plan_structure` plans with these."""
     config = load_config(model)
-    record = read_record(config)
+    return _axes(config, read_record(config), layers=layers, hidden=hidden)
+
+
+def _axes(config: Any, record: Any, *, layers: bool, hidden: bool) -> tuple[bool, bool]:
     if layers:
         try:
             check_droppable(get_adapter(config), config, record)
@@ -67,6 +63,23 @@ def structural_axes(model: str | os.PathLike, *, layers: bool, hidden: bool) -> 
     if hidden:
         hidden = refusal(config, record.entry("hidden") if record is not None else None) is None
     return layers, hidden
+
+
+def check_reach(model: str | os.PathLike, costs: LatencyModel, speedup: float, *, layers: bool, hidden: bool) -> None:
+    """Refuse ``speedup`` where even the fewest units would not reach it by ``costs`` (a latency model of ``model``'s
+    shape): 1 head and 1 FFN neuron per layer, all layers but one gone where ``layers`` may go and the structure
+    allows, at the narrowest hidden size measured where ``hidden`` may be cut (``compress``, before any stage runs;
+    the same check and refusal as ``prune --speedup``'s), advising the axes not asked for."""
+    can_drop, can_cut = structural_axes(model, layers=True, hidden=True)  # what this model's structure allows
+    g = costs.geometry
+    measured = measured_widths(costs)
+    narrowest = min(measured) if hidden and can_cut and measured else None
+    axes = [flag for flag, off in (("whole layers (--drop-layers)", can_drop and not layers),
+                                   ("residual channels (--prune-hidden)", can_cut and not hidden
+                                    and costs.predicts_hidden)) if off]
+    check_reachable(costs, costs.dense_ms() / speedup, [g.num_heads] * g.num_layers, [g.ffn_size] * g.num_layers,
+                    droppable=range(g.num_layers) if layers and can_drop else (), narrowest=narrowest,
+                    more=f"let {' or '.join(axes)} go" if axes else "")
 
 
 def predicted_speedup(model: str | os.PathLike, latency: str | os.PathLike) -> float:
@@ -79,10 +92,4 @@ def predicted_speedup(model: str | os.PathLike, latency: str | os.PathLike) -> f
     return costs.dense_ms() / costs.predict([len(h) for h in record.heads], list(record.ffn), hidden)
 
 
-def plan_layers(model: str | os.PathLike, importance: str | os.PathLike, latency: str | os.PathLike,
-                speedup: float, criterion: str = PruneSettings.criterion) -> LatencyPlan | None:
-    """:func:`plan_structure` with whole layers as the one more axis."""
-    return plan_structure(model, importance, latency, speedup, layers=True, hidden=False, criterion=criterion)
-
-
-__all__ = ["plan_layers", "plan_structure", "structural_axes"]
+__all__ = ["check_reach", "plan_structure", "predicted_speedup", "structural_axes"]

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..checkpoint import load_config, load_model
-from ..data import TaskData, TaskPreset
+from ..data import TaskData, TaskPreset, padding_collator
 from ..errors import GhostifyError
 from ..settings import DataSettings, TaskSettings
 from ..training.loop import Evaluation
@@ -72,8 +72,6 @@ class TaskKind(ABC):
         return without_segments
 
     def _collate(self, tokenizer) -> Callable:
-        from ..data import padding_collator
-
         return padding_collator(tokenizer)
 
     @abstractmethod

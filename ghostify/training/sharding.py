@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from ..architectures import get_adapter
+from ..console import launched_processes
 from ..errors import GhostifyError
 
 #: the explicit setting that shards on the CPU processes of a machine without CUDA (documented in
@@ -65,7 +66,7 @@ def launched_engine() -> str | None:
 def multi_process_on_cpu() -> bool:
     """Accelerate only sets up CPU data parallelism (gloo) when asked to use the CPU: do so when
     several processes were launched on a machine without CUDA."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
+    return launched_processes() > 1 and not torch.cuda.is_available()
 
 
 def accelerator_options() -> dict[str, Any]:
@@ -142,7 +143,7 @@ def start_processes() -> None:
     """Start the launch's process group (a no-op outside a multi-process launch): ``ghostify run``
     calls it before its first stage, so that stages which run on the main process only can be waited
     for by the others."""
-    if int(os.environ.get("WORLD_SIZE", "1") or "1") > 1:
+    if launched_processes() > 1:
         accelerator_options()
 
 

@@ -13,7 +13,8 @@ from ...architectures import ArchitectureAdapter, get_adapter
 from ...errors import GhostifyError
 from ...record import GhostifyRecord
 from ..base import Context, Entry, registry
-from ..pruning import FISHER, SCORES_NAME, ImportanceScores, check_scores_match  # the scores file `importance` writes
+from ..criteria import FISHER
+from ..scores import SCORES_NAME, ImportanceScores  # the scores file `importance` writes
 from .modules import keep_layers
 from .settings import LAYERS_RECORD_FORMAT, DropSettings, by_scores, evenly_spaced
 
@@ -56,7 +57,7 @@ def choose_layers(model: nn.Module, record: GhostifyRecord, keep: int, source: s
         )
         return kept, {"criterion": "evenly-spaced"}
     scores = ImportanceScores.load(path)
-    check_scores_match(model, record, scores, str(path))
+    scores.check_matches(record, str(path))
     _, _, layer_scores, used = scores.ranked_by(criterion)
     if layer_scores is None:
         raise GhostifyError(f"importance scores in {path} have no layer scores (written by an older ghostify); re-run "

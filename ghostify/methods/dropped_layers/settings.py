@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ...errors import GhostifyError
 from ..base import setting
-from ..pruning import CRITERIA, FISHER, LOSS_GRADIENT
+from ..criteria import FISHER, LAYERS, Criterion, choices, criterion
 
 LAYERS_RECORD_FORMAT = 1
 
@@ -25,24 +25,32 @@ class DropSettings:
                                  "indices of MODEL's layers).")
     importance: str | None = setting(None, show_default=False, help="Scores file (or directory) from `ghostify "
                                      "importance`, for --keep; default: the ones in MODEL.")
-    criterion: str = setting(FISHER, help=f"What the layer scores rank by, for --keep: {FISHER} (E[(dL/dg)^2]) or "
-                             f"{LOSS_GRADIENT} (E|dL/dg|), for a gate on each layer's whole update.")
+    criterion: str = setting(FISHER, help="What the layer scores (of a gate on each layer's whole update) rank by, "
+                             f"for --keep: {choices(LAYERS, FISHER)}.")
 
-    def chosen(self, depth: int, first_fixed: str | None = None) -> list[int] | None:
-        """The layers ``--layers`` keeps (checked against a model of ``depth`` layers), or None with
-        ``--keep`` (the scores choose); each refusal is one line with the value and the fix."""
+    def __post_init__(self) -> None:
+        """The refusals the settings alone can get, each in one line (the rest needs the model's depth:
+        :meth:`chosen`)."""
         if (self.keep is None) == (self.layers is None):
             both = "both" if self.keep is not None else "neither"
             raise GhostifyError(f"drop-layers got {both} of --keep and --layers; give one: --keep N (keep the N most "
                                 "important layers) or --layers 0,2,4 (keep exactly these)")
-        if self.criterion not in CRITERIA:
-            raise GhostifyError(f"unknown --criterion {self.criterion!r}; choose one of {', '.join(CRITERIA)}")
+        criterion(self.criterion, LAYERS)
+        if self.layers is not None and self.importance is not None:
+            raise GhostifyError(f"--importance {self.importance} is not used with --layers {self.layers} (the layers "
+                                "are given); drop --importance, or give --keep N to choose by the scores")
+
+    @property
+    def ranking(self) -> Criterion:
+        """The criterion the layer scores rank by (``--criterion``, checked)."""
+        return criterion(self.criterion, LAYERS)
+
+    def chosen(self, depth: int, first_fixed: str | None = None) -> list[int] | None:
+        """The layers ``--layers`` keeps (checked against a model of ``depth`` layers), or None with
+        ``--keep`` (the scores choose); each refusal is one line with the value and the fix."""
         if self.layers is None:
             check_keep(self.keep, depth)
             return None
-        if self.importance is not None:
-            raise GhostifyError(f"--importance {self.importance} is not used with --layers {self.layers} (the layers "
-                                "are given); drop --importance, or give --keep N to choose by the scores")
         kept = parse_layers(self.layers, depth)
         if first_fixed and 0 not in kept:
             raise GhostifyError(f"--layers {self.layers} drops layer 0, but {first_fixed}; keep layer 0 "

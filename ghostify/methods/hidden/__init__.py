@@ -25,7 +25,7 @@ from __future__ import annotations
 from ...lazy import lazy_exports
 from ..base import Method, lazy
 from .describe import describe
-from .settings import ACTIVATION, HIDDEN_CRITERIA, HiddenSettings, kept_channels
+from .settings import HiddenSettings, kept_channels
 
 METHOD = Method(
     name="hidden", tag="hidden-pruned", command="prune-hidden", noun="a pruned hidden size", settings=HiddenSettings,
@@ -71,9 +71,7 @@ __getattr__, __dir__ = lazy_exports(
 )
 
 __all__ = [
-    "ACTIVATION",
     "ChannelGates",
-    "HIDDEN_CRITERIA",
     "HiddenSettings",
     "METHOD",
     "PadChannels",

@@ -16,13 +16,10 @@ from ...architectures.channels import HiddenWidthError, ResidualParts
 from ...errors import GhostifyError
 from ...record import RECORD_KEY, GhostifyRecord
 from ..base import Context, Entry
-from ..pruning import SCORES_NAME, ImportanceScores
+from ..criteria import WEIGHT_MAGNITUDE
+from ..scores import SCORES_NAME, ImportanceScores
 from .modules import has_projection, pad_output, parts_of, set_config, slice_channels
 from .settings import HIDDEN_RECORD_FORMAT, HiddenSettings, kept_channels
-
-#: what a channel is ranked by without scores (data-free)
-WEIGHT_MAGNITUDE = "weight-magnitude"
-
 
 def original_width(adapter: ArchitectureAdapter, config: Any, entry: Mapping[str, Any] | None) -> int:
     """The hidden size before any hidden-size pruning (the record's ``of``, else the config's)."""
@@ -78,7 +75,7 @@ def target_width(config: Any, record: GhostifyRecord | None, settings: HiddenSet
     entry = record.entry("hidden") if record is not None else None
     of = original_width(adapter, config, entry)
     now = adapter.hidden_size(config)
-    count = kept_channels(settings.width(), of, adapter.num_heads(config))
+    count = kept_channels(settings.width, of, adapter.num_heads(config))
     if count > now:
         raise GhostifyError(f"--hidden-width {settings.hidden_width} keeps {count} of the original {of} channels, but "
                             f"the model has {now} already (widths are relative to the original hidden size); give "
@@ -171,8 +168,8 @@ def cut_hidden(model: nn.Module, record: GhostifyRecord, kept: list[int]) -> Gho
 # the method's lifecycle (ghostify.methods.base.Method)
 # ----------------------------------------------------------------------------------------------
 def check(config: Any, record: GhostifyRecord | None, settings: HiddenSettings) -> None:
-    """Fail before loading any weights when the settings cannot work."""
-    settings.width()
+    """Fail before loading any weights when the settings cannot work on this model (the settings checked
+    themselves when they were made)."""
     entry = record.entry("hidden") if record is not None else None
     check_refusal(config, entry)
     if settings.importance is not None and not Path(settings.importance).expanduser().exists():

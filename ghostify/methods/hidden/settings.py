@@ -12,15 +12,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ...errors import GhostifyError
+from ...settings import parse_width
 from ..base import setting
-from ..pruning import FISHER, LOSS_GRADIENT, parse_width
+from ..criteria import CHANNELS, LOSS_GRADIENT, Criterion, choices, criterion
 
 HIDDEN_RECORD_FORMAT = 1
-#: Minitron's activation criterion (Muralidharan et al. 2024): the mean absolute value of each channel at
-#: the output of every norm of the encoder, over the scored tokens
-ACTIVATION = "activation"
-#: what the channel scores of ``ghostify importance`` rank by
-HIDDEN_CRITERIA = (FISHER, LOSS_GRADIENT, ACTIVATION)
 
 
 def kept_channels(width: Fraction, original: int, heads: int) -> int:
@@ -41,18 +37,26 @@ class HiddenSettings:
                                      "importance`; default: the ones in MODEL.")
     # loss-gradient by measurement (MiniLM on SST-2, CHANGELOG): it kept the most accuracy at 0.75 and 0.5, Fisher
     # close behind, Minitron's activation well behind at 0.5 (0.79 / 0.77 / 0.69 validation accuracy, teacher 0.87)
-    criterion: str = setting(LOSS_GRADIENT, help=f"What the channel scores rank by: {LOSS_GRADIENT} (E|dL/dg| of a "
-                             f"gate per channel shared by all layers), {FISHER} (E[(dL/dg)^2]) or {ACTIVATION} "
-                             "(Minitron: mean |x| at every norm's output).")
+    criterion: str = setting(LOSS_GRADIENT, help="What the channel scores (of a gate per channel shared by all "
+                             f"layers) rank by: {choices(CHANNELS, LOSS_GRADIENT)}.")
     keep_output_dim: bool = setting(False, flag="--keep-output-dim/--no-keep-output-dim",
                                     help="Pad the encoder's output back to the original width with zeros at the "
                                     "cut channels, so that embeddings stay comparable with an existing index "
                                     "(cosine similarities unchanged in kind); a bare encoder only.")
 
-    def width(self) -> Fraction:
-        """The checked width."""
-        if self.criterion not in HIDDEN_CRITERIA:
-            raise GhostifyError(f"unknown --criterion {self.criterion!r}; choose one of {', '.join(HIDDEN_CRITERIA)}")
+    def __post_init__(self) -> None:
+        """Every refusal the settings alone can get, each in one line."""
+        criterion(self.criterion, CHANNELS)
         if not isinstance(self.keep_output_dim, bool):
             raise GhostifyError(f"--keep-output-dim {self.keep_output_dim!r} must be true or false")
-        return parse_width(self.hidden_width, "--hidden-width")
+        object.__setattr__(self, "_width", parse_width(self.hidden_width, "--hidden-width"))  # derived once, here
+
+    @property
+    def ranking(self) -> Criterion:
+        """The criterion the channel scores rank by (``--criterion``, checked)."""
+        return criterion(self.criterion, CHANNELS)
+
+    @property
+    def width(self) -> Fraction:
+        """The checked width."""
+        return self._width

@@ -5,9 +5,10 @@ search, by a latency model), and physical removal of the rest."""
 from __future__ import annotations
 
 from ...lazy import lazy_exports
+from ...settings import parse_width
 from ..base import Method, lazy
 from .describe import describe
-from .settings import ALLOCATIONS, CRITERIA, FISHER, LOSS_GRADIENT, PruneSettings, parse_width
+from .settings import ALLOCATIONS, PruneSettings
 
 METHOD = Method(
     name="pruning", command="prune", noun="pruned heads and neurons", settings=PruneSettings,
@@ -45,10 +46,11 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "allocation": ("Selection", "select"),
-        "apply": ("check_scores_match", "dense_record", "prune", "prune_model"),
+        "apply": ("dense_record", "prune", "prune_model"),
         "gates": ("Gates", "gated"),
         "importance": ("SCORES_NAME", "FisherScores", "ImportanceScores", "compute_importance", "magnitude_importance"),
-        "latency_allocation": ("LatencyPlan", "current_width", "model_geometry", "plan_for_latency",
+        "latency_allocation": ("Candidate", "Kind", "LatencyPlan", "check_reachable", "current_width",
+                               "measured_widths", "model_geometry", "out_of_reach", "plan_for_latency",
                                "select_for_latency", "uniform_width"),
         "restore": ("apply_structure",),
     },
@@ -56,26 +58,27 @@ __getattr__, __dir__ = lazy_exports(
 
 __all__ = [
     "ALLOCATIONS",
-    "CRITERIA",
-    "FISHER",
-    "LOSS_GRADIENT",
+    "Candidate",
     "FisherScores",
     "Gates",
     "ImportanceScores",
+    "Kind",
     "LatencyPlan",
     "METHOD",
     "PruneSettings",
     "SCORES_NAME",
     "Selection",
     "apply_structure",
-    "check_scores_match",
+    "check_reachable",
     "compute_importance",
     "current_width",
     "dense_record",
     "describe",
     "gated",
     "magnitude_importance",
+    "measured_widths",
     "model_geometry",
+    "out_of_reach",
     "parse_width",
     "plan_for_latency",
     "prune",

@@ -14,16 +14,18 @@ from torch import nn
 
 from ...architectures import ArchitectureAdapter, get_adapter
 from ...errors import GhostifyError
-from ...latency_model import LatencyModel
 from ...record import GhostifyRecord
-from ..base import Context, Entry, check_order
+from ..base import Context, Entry, check_order, distinct_layers
+from ..criteria import WEIGHT_MAGNITUDE, criteria
+from ..criteria import get as get_criterion
+from ..scores import SCORES_NAME, FisherScores, ImportanceScores
 from .allocation import Selection, check_keeps_a_head, select
-from .importance import SCORES_NAME, FisherScores, ImportanceScores, magnitude_importance
+from .importance import magnitude_importance
 from .latency_allocation import check_reachable, comparable_scores, current_width, model_geometry, select_for_latency
 from .modules import prune_layer
 from .rearrange import gram, objective, rearrange
-from .settings import FISHER, TUNE_BATCH_SIZE, WEIGHT_MAGNITUDE, PruneSettings
-from .tuning import tune_masks
+from .settings import TUNE_BATCH_SIZE, PruneSettings
+from .tuning import check_tunable, tune_masks
 
 
 def prune_model(
@@ -45,22 +47,6 @@ def prune_model(
 def dense_record(model: nn.Module, adapter: ArchitectureAdapter) -> GhostifyRecord:
     """The record describing a model as it is now (for models that come without one)."""
     return GhostifyRecord.of_model(model, adapter)
-
-
-def check_scores_match(model: nn.Module, record: GhostifyRecord, scores: ImportanceScores, source: str) -> None:
-    """Scores must describe the model as it is now (same layers, heads and FFN sizes)."""
-    heads = [t.numel() for t in scores.heads]
-    ffn = [t.numel() for t in scores.ffn]
-    if len(heads) != len(record.heads):  # the layers changed since (drop-layers, share-layers)
-        raise GhostifyError(
-            f"importance scores in {source} are for a model of {len(heads)} layers, but the model has "
-            f"{len(record.heads)}; re-run `ghostify importance` on this model"
-        )
-    if heads != record.heads_per_layer or ffn != record.ffn:
-        raise GhostifyError(
-            f"importance scores in {source} are for {heads} heads / {ffn} neurons per layer, but the model has "
-            f"{record.heads_per_layer} / {record.ffn}; re-run `ghostify importance` on this model"
-        )
 
 
 def prune(
@@ -97,69 +83,67 @@ def prune(
 # the method's lifecycle (ghostify.methods.base.Method)
 # ----------------------------------------------------------------------------------------------
 def check(config: Any, record: GhostifyRecord | None, settings: PruneSettings) -> None:
-    """Fail before loading any weights when the settings cannot work."""
-    settings.check_search()
-    speedup = settings.target_speedup()
-    heads_width = settings.widths()[0] if speedup is None else None
+    """Fail before loading any weights when the settings cannot work on this model (the settings checked
+    themselves when they were made): the scores file exists, the width keeps a head, the latency model describes
+    this model and the target is within its reach, a tuned model runs each layer once."""
     if settings.importance is not None and not Path(settings.importance).expanduser().exists():
         raise GhostifyError(f"--importance {settings.importance} does not exist; pass the scores file or the output "
                             "directory of `ghostify importance`")
     adapter = get_adapter(config)
-    if heads_width is not None:
-        check_keeps_a_head(adapter.num_units(config), heads_width, adapter.unit_noun(config))
+    if settings.widths is not None:
+        check_keeps_a_head(adapter.num_units(config), settings.widths[0], adapter.unit_noun(config))
     else:
-        check_latency(config, adapter, record, settings.latency, speedup)
+        check_latency(config, adapter, record, settings)
+    if settings.tune_masks:
+        check_tunable(adapter.family, distinct_layers(config, adapter, record) < adapter.num_layers(config))
 
 
-def check_latency(config: Any, adapter: ArchitectureAdapter, record: GhostifyRecord | None, path: str,
-                  speedup: float) -> LatencyModel:
-    """The latency model at ``path``, refused unless it describes this model's original shape and
-    ``speedup`` is within its reach (checked here where layers run once each: from the config alone)."""
-    latency = LatencyModel.load(path)
+def check_latency(config: Any, adapter: ArchitectureAdapter, record: GhostifyRecord | None,
+                  settings: PruneSettings) -> None:
+    """Refuse a latency model that does not describe this model's original shape, and a ``--speedup`` beyond its
+    reach (checked here where layers run once each: from the config alone; with shared layers, the allocation
+    itself refuses it once the model shows how often each runs)."""
+    latency = settings.latency_model
     geometry = model_geometry(config, adapter, record)
     if latency.geometry != geometry:
-        raise GhostifyError(f"latency model {path} was measured for {latency.geometry.describe()}, but this model is "
-                            f"{geometry.describe()}; measure one for it with `ghostify latency MODEL -o DIR`")
+        raise GhostifyError(f"latency model {settings.latency} was measured for {latency.geometry.describe()}, but this "
+                            f"model is {geometry.describe()}; measure one for it with `ghostify latency MODEL -o DIR`")
     heads = record.heads_per_layer if record is not None else [adapter.num_units(config)] * adapter.num_layers(config)
     neurons = list(record.ffn) if record is not None else [adapter.ffn_size(config)] * adapter.num_layers(config)
-    if len(heads) == adapter.num_layers(config):  # shared layers: apply counts their runs on the model
-        check_reachable(latency, latency.dense_ms() / speedup, heads, neurons,
-                        hidden=current_width(config, adapter, record))
-    return latency
+    if len(heads) == adapter.num_layers(config):
+        check_reachable(latency, latency.dense_ms() / settings.target_speedup, heads, neurons,
+                        hidden=current_width(config, adapter, record), more=DROP_LAYERS_FIRST)
+
+
+#: what ``prune --speedup`` advises beside asking for less, when even its fewest units are too slow
+DROP_LAYERS_FIRST = "drop layers first (`ghostify drop-layers`)"
 
 
 def apply(model: nn.Module, record: GhostifyRecord, settings: PruneSettings, context: Context) -> Entry:
     """Select the heads and neurons to keep (to the widths, or to the latency budget of ``--speedup``) by the
     scores' criterion, rearrange them within each layer, cut the rest, and tune the kept ones' scales."""
-    speedup = settings.target_speedup()
     scores, source = scores_for(model, context.source, settings.importance)
-    check_scores_match(model, record, scores, source)
+    scores.check_matches(record, source)
     adapter = get_adapter(model.config)  # the order was checked before the weights were read: not again
     heads, ffn, _, criterion = scores.ranked_by(settings.criterion)
-    wanted = [what for what, asked in (("ranking", settings.criterion == FISHER), ("rearranging", settings.rearrange))
-              if asked]
-    if scores.fisher is None and wanted and scores.criterion != WEIGHT_MAGNITUDE:
-        warnings.warn(f"the scores in {source} have no Fisher information (written by an older ghostify) for "
-                      f"{' and '.join(wanted)}: pruning by {criterion}"
-                      f"{', not rearranged' if settings.rearrange else ''}; re-run `ghostify importance` for it",
-                      stacklevel=3)
+    _warn_missing(scores, settings, criterion, source)
     history: dict[str, Any] = {"importance": source, "criterion": criterion}
-    if speedup is None:
-        heads_width, ffn_width = settings.widths()
+    if settings.widths is not None:
+        heads_width, ffn_width = settings.widths
         selection = select(heads, ffn, num_heads=adapter.num_units(model.config),
                            ffn_size=adapter.ffn_size(model.config), heads_width=heads_width, ffn_width=ffn_width,
                            allocation=settings.allocation)
         history |= {"heads_width": str(heads_width), "ffn_width": str(ffn_width)}
     else:
-        latency = check_latency(model.config, adapter, record, settings.latency, speedup)
-        dense = latency.dense_ms()
+        latency = settings.latency_model  # read and checked against this model by `check`
+        dense, target = latency.dense_ms(), latency.dense_ms() / settings.target_speedup
         comparable_heads, comparable_ffn = comparable_scores(heads, ffn, criterion)
-        selection, predicted = select_for_latency(comparable_heads, comparable_ffn, latency, dense / speedup,
+        selection, predicted = select_for_latency(comparable_heads, comparable_ffn, latency, target,
                                                   applications=adapter.layer_applications(model),
                                                   hidden=current_width(model.config, adapter, record))
         # what ``info`` and the model card say: "2x on onnx-int8, ...: predicted X ms of the dense Y ms"
         history |= {"allocation": "latency", "deployment": latency.deployment.describe(), "dense_ms": round(dense, 4),
-                    "target_ms": round(dense / speedup, 4), "predicted_ms": round(predicted, 4)}
+                    "target_ms": round(target, 4), "predicted_ms": round(predicted, 4)}
     if settings.rearrange and scores.fisher is not None:
         selection, history["rearranged"] = rearranged(selection, scores.fisher)
     teacher = copy.deepcopy(model) if settings.tune_masks else None
@@ -167,6 +151,23 @@ def apply(model: nn.Module, record: GhostifyRecord, settings: PruneSettings, con
     if teacher is not None:
         history["tuned"] = tuned(model, teacher, scores, source, settings.tune_masks, context)
     return Entry(format=1, data=None, heads=pruned.heads, ffn=pruned.ffn, history=history)
+
+
+def _warn_missing(scores: ImportanceScores, settings: PruneSettings, used: str, source: str) -> None:
+    """Say so where the scores lack what the settings ask for (written by an older ghostify): the criterion's
+    scores (then pruning goes by the file's own), or the blocks ``--rearrange`` chooses by. Data-free scores (weight
+    magnitude) were warned about when they were chosen."""
+    own = get_criterion(scores.criterion)
+    if own is not None and not own.selectable:
+        return
+    ranking, rearranging = used != settings.criterion, settings.rearrange and scores.fisher is None
+    if not (ranking or rearranging):
+        return
+    missing = settings.ranking if ranking else next(c for c in criteria() if c.blocks)
+    wanted = " and ".join(what for what, lacking in (("ranking", ranking), ("rearranging", rearranging)) if lacking)
+    warnings.warn(f"the scores in {source} have no {missing.noun.removeprefix('the ')} (written by an older "
+                  f"ghostify) for {wanted}: pruning by {used}{', not rearranged' if settings.rearrange else ''}; "
+                  "re-run `ghostify importance` for it", stacklevel=4)
 
 
 def rearranged(selection: Selection, fisher: FisherScores) -> tuple[Selection, dict[str, Any]]:
@@ -230,4 +231,4 @@ def scores_for(model: nn.Module, source: str, importance: str | None) -> tuple[I
         "run `ghostify importance` first for loss-based scores",
         stacklevel=3,
     )
-    return magnitude_importance(model, get_adapter(model.config)), "weight-magnitude"
+    return magnitude_importance(model, get_adapter(model.config)), WEIGHT_MAGNITUDE

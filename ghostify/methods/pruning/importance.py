@@ -30,192 +30,24 @@ output of every norm of the encoder gives Minitron's activation score (``activat
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import safetensors.torch  # save_file looked up per call: a full disk is simulated by patching it
 import torch
-from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from ...architectures import ArchitectureAdapter
 from ...architectures.projections import ffn_input_weights, value_weight
 from ...errors import CheckpointError
 from ...example_loss import per_example_loss
+from ..criteria import FISHER, LOSS_GRADIENT, WEIGHT_MAGNITUDE, criteria
+from ..hidden import channel_gates, scorable  # the residual channels' gates: prune-hidden's structure code
+# the scores file's format lives below the methods that read it; pruning's package still exports its names
+from ..scores import SCORES_NAME, FisherScores, GateScores, ImportanceScores  # noqa: F401
 from .gates import gated
-from ..hidden import ACTIVATION  # the channel scores' third criterion (Minitron's), declared with prune-hidden
-from .settings import FISHER, LOSS_GRADIENT, WEIGHT_MAGNITUDE
-
-SCORES_NAME = "importance.safetensors"
 
 #: ``loss(model, batch, generator)``: one loss per example of ``batch``
 LossFunction = Callable[[nn.Module, dict, torch.Generator], torch.Tensor]
-
-
-@dataclass
-class FisherScores:
-    """The Fisher information of the gates, per distinct layer: ``E[(dL/dg)²]`` of every head, neuron and
-    layer gate, and a factor of the layer's block among its heads and among its neurons
-    (``factor.T @ factor / samples`` is ``E[∇g ∇gᵀ]`` over that layer's units)."""
-
-    heads: list[torch.Tensor]
-    ffn: list[torch.Tensor]
-    layers: torch.Tensor
-    head_factors: list[torch.Tensor]
-    ffn_factors: list[torch.Tensor]
-    samples: int
-    #: E[(dL/dg)²] of a gate per residual channel shared by every layer (None: not scored, see ImportanceScores.hidden)
-    hidden: torch.Tensor | None = None
-
-    def tensors(self) -> dict[str, torch.Tensor]:
-        out = {f"fisher.heads.{i}": t for i, t in enumerate(self.heads)}
-        out |= {f"fisher.ffn.{i}": t for i, t in enumerate(self.ffn)}
-        out |= {f"fisher.factor.heads.{i}": t for i, t in enumerate(self.head_factors)}
-        out |= {f"fisher.factor.ffn.{i}": t for i, t in enumerate(self.ffn_factors)}
-        out["fisher.layers"] = self.layers
-        if self.hidden is not None:
-            out["fisher.hidden"] = self.hidden
-        return out
-
-    @classmethod
-    def from_tensors(cls, tensors: dict[str, torch.Tensor], layers: int, samples: Any, where: Path) -> FisherScores | None:
-        """The Fisher scores in a scores file's ``tensors`` (None in a file without them: weight magnitude, or
-        written by an older ghostify), each shape checked against the first-order scores beside them."""
-        if "fisher.layers" not in tensors:
-            return None
-        try:
-            fisher = cls(heads=[tensors[f"fisher.heads.{i}"] for i in range(layers)],
-                         ffn=[tensors[f"fisher.ffn.{i}"] for i in range(layers)], layers=tensors["fisher.layers"],
-                         head_factors=[tensors[f"fisher.factor.heads.{i}"] for i in range(layers)],
-                         ffn_factors=[tensors[f"fisher.factor.ffn.{i}"] for i in range(layers)], samples=int(samples),
-                         hidden=tensors.get("fisher.hidden"))
-        except KeyError as exc:
-            raise CheckpointError(f"corrupt importance file {where}: missing {exc}; re-run `ghostify importance`") from None
-        except (TypeError, ValueError):
-            raise CheckpointError(f"corrupt importance file {where}: its Fisher sample count {samples!r} is not a "
-                                  "number; re-run `ghostify importance`") from None
-        for i in range(layers):
-            for kind, diagonal, factor, first in (("heads", fisher.heads[i], fisher.head_factors[i], tensors[f"heads.{i}"]),
-                                                  ("ffn", fisher.ffn[i], fisher.ffn_factors[i], tensors[f"ffn.{i}"])):
-                units = first.numel()
-                if diagonal.numel() != units or factor.dim() != 2 or factor.shape[1] != units:
-                    raise CheckpointError(f"corrupt importance file {where}: the Fisher scores of layer {i}'s {kind} "
-                                          f"do not match its {units} units; re-run `ghostify importance`")
-        hidden = tensors.get("hidden")
-        if fisher.hidden is not None and (hidden is None or fisher.hidden.numel() != hidden.numel()):
-            raise CheckpointError(f"corrupt importance file {where}: its Fisher channel scores do not match its "
-                                  "first-order ones; re-run `ghostify importance`")
-        if fisher.layers.numel() != layers or fisher.samples < 1:
-            raise CheckpointError(f"corrupt importance file {where}: Fisher scores of {fisher.layers.numel()} layers "
-                                  f"(of {layers}) from {fisher.samples} examples; re-run `ghostify importance`")
-        return fisher
-
-
-@dataclass
-class ImportanceScores:
-    """Per distinct layer: one score per head and per FFN neuron, as the model is now."""
-
-    #: the first-order scores E|dL/dg| (``loss-gradient``), or weight magnitude (``metadata["criterion"]``)
-    heads: list[torch.Tensor]
-    ffn: list[torch.Tensor]
-    metadata: dict[str, Any] = field(default_factory=dict)
-    #: one score per distinct layer (a gate on its whole update), for ``drop-layers``; None in
-    #: scores without them (weight magnitude, files of an older ghostify)
-    layers: torch.Tensor | None = None
-    #: the Fisher information of the same gates (None in scores without it: weight magnitude, older files)
-    fisher: FisherScores | None = None
-    #: one score per residual channel (E|dL/dg| of a gate per channel shared by every layer), for ``prune-hidden``;
-    #: and Minitron's activation score of each channel (mean |x| at every norm's output, summed over the norms).
-    #: None where the family's hidden size cannot be cut, or in files of an older ghostify
-    hidden: torch.Tensor | None = None
-    hidden_activation: torch.Tensor | None = None
-
-    @property
-    def criterion(self) -> str:
-        """What :attr:`heads`, :attr:`ffn` and :attr:`layers` are."""
-        return str(self.metadata.get("criterion", LOSS_GRADIENT))
-
-    def criteria(self) -> tuple[str, ...]:
-        """The criteria these scores can rank by."""
-        return (self.criterion, FISHER) if self.fisher is not None else (self.criterion,)
-
-    def ranked_by(self, criterion: str) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor | None, str]:
-        """The head, neuron and layer scores of ``criterion`` (``fisher`` or ``loss-gradient``) and the
-        criterion they are: scores without Fisher information give their own (the caller says so)."""
-        if criterion == FISHER and self.fisher is not None:
-            return self.fisher.heads, self.fisher.ffn, self.fisher.layers, FISHER
-        return self.heads, self.ffn, self.layers, self.criterion
-
-    def hidden_criteria(self) -> tuple[str, ...]:
-        """The criteria the channel scores can rank by (none without channel scores)."""
-        have = ((FISHER, self.fisher is not None and self.fisher.hidden is not None),
-                (LOSS_GRADIENT, self.hidden is not None), (ACTIVATION, self.hidden_activation is not None))
-        return tuple(name for name, present in have if present)
-
-    def hidden_ranked_by(self, criterion: str) -> tuple[torch.Tensor | None, str]:
-        """The channel scores of ``criterion`` (``fisher``, ``loss-gradient`` or ``activation``) and the criterion
-        they are: scores without that one give the first of theirs (the caller says so); None without any."""
-        by = {FISHER: self.fisher.hidden if self.fisher is not None else None, LOSS_GRADIENT: self.hidden,
-              ACTIVATION: self.hidden_activation}
-        if by.get(criterion) is not None:
-            return by[criterion], criterion
-        present = self.hidden_criteria()
-        return (by[present[0]], present[0]) if present else (None, criterion)
-
-    def save(self, path: str | Path) -> None:
-        tensors = {f"heads.{i}": t for i, t in enumerate(self.heads)}
-        tensors.update({f"ffn.{i}": t for i, t in enumerate(self.ffn)})
-        if self.layers is not None:
-            tensors["layers"] = self.layers
-        if self.hidden is not None:
-            tensors["hidden"] = self.hidden
-        if self.hidden_activation is not None:
-            tensors["activation.hidden"] = self.hidden_activation
-        metadata = dict(self.metadata)
-        if self.fisher is not None:
-            tensors.update(self.fisher.tensors())
-            metadata["fisher_samples"] = self.fisher.samples
-        metadata["criteria"] = list(self.criteria())
-        if self.hidden_criteria():
-            metadata["hidden_criteria"] = list(self.hidden_criteria())
-        tensors = {k: t.float().contiguous() for k, t in tensors.items()}
-        safetensors.torch.save_file(tensors, str(path), metadata={"ghostify": json.dumps(metadata)})
-
-    @classmethod
-    def load(cls, path: str | Path) -> "ImportanceScores":
-        path = Path(path)
-        if path.is_dir():
-            path = path / SCORES_NAME
-        if not path.is_file():
-            raise CheckpointError(f"no importance scores at {path}; run `ghostify importance` first")
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                keys = list(f.keys())
-                tensors = {k: f.get_tensor(k) for k in keys}
-                metadata = json.loads((f.metadata() or {}).get("ghostify", "{}"))
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise CheckpointError(f"corrupt importance file {path}: {exc}; re-run `ghostify importance`") from exc
-        if not isinstance(metadata, dict):
-            raise CheckpointError(f"corrupt importance file {path}: its metadata is not a mapping; re-run "
-                                  "`ghostify importance`")
-        n = sum(1 for k in keys if k.startswith("heads."))
-        try:
-            heads = [tensors[f"heads.{i}"] for i in range(n)]
-            ffn = [tensors[f"ffn.{i}"] for i in range(n)]
-        except KeyError as exc:
-            raise CheckpointError(f"corrupt importance file {path}: missing {exc}; re-run `ghostify importance`") from exc
-        fisher = FisherScores.from_tensors(tensors, n, metadata.pop("fisher_samples", 0), path)
-        metadata.pop("criteria", None)  # derived from what the file holds
-        metadata.pop("hidden_criteria", None)
-        hidden, activation = tensors.get("hidden"), tensors.get("activation.hidden")
-        if activation is not None and hidden is not None and activation.numel() != hidden.numel():
-            raise CheckpointError(f"corrupt importance file {path}: its activation channel scores do not match its "
-                                  "gradient ones; re-run `ghostify importance`")
-        return cls(heads=heads, ffn=ffn, metadata=metadata, layers=tensors.get("layers"), fisher=fisher, hidden=hidden,
-                   hidden_activation=activation)
 
 
 def compute_importance(
@@ -250,8 +82,6 @@ def compute_importance(
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
     count = 0
-    from ..hidden import channel_gates, scorable  # the residual channels' gates: prune-hidden's structure code
-
     channel_scoring = (channel_gates(model, adapter, record_activation=True) if scorable(model)
                        else contextlib.nullcontext())
     with gated(model, adapter) as gates, layer_gates(adapter.layers(model)) as per_layer, channel_scoring as channels:
@@ -289,59 +119,60 @@ def compute_importance(
 
 
 class _Moments:
-    """What :func:`compute_importance` sums over the examples' gate gradients: their absolute values and
-    squares (in float64, so that the order of batches barely matters), and every example's gradients of
-    each layer's head and neuron gates (the rows the block factors are made of)."""
+    """What :func:`compute_importance` sums over the examples' gate gradients: for every criterion that is a
+    statistic of them (``Criterion.accumulate``: |dL/dg|, (dL/dg)², ... in float64, so that the order of batches
+    barely matters) its per-unit sums, and every example's gradients of each layer's head and neuron gates (the rows
+    the Fisher block factors are made of)."""
 
     def __init__(self, layers: int, heads: list[int], ffn: list[int]) -> None:
-        self.abs_heads = [torch.zeros(n, dtype=torch.float64) for n in heads]
-        self.abs_ffn = [torch.zeros(n, dtype=torch.float64) for n in ffn]
-        self.sq_heads = [torch.zeros(n, dtype=torch.float64) for n in heads]
-        self.sq_ffn = [torch.zeros(n, dtype=torch.float64) for n in ffn]
-        self.abs_layers = torch.zeros(layers, dtype=torch.float64)
-        self.sq_layers = torch.zeros(layers, dtype=torch.float64)
+        self.statistics = [c for c in criteria() if c.accumulate is not None]
+        self.sums = {c.name: GateScores(heads=[torch.zeros(n, dtype=torch.float64) for n in heads],
+                                        ffn=[torch.zeros(n, dtype=torch.float64) for n in ffn],
+                                        layers=torch.zeros(layers, dtype=torch.float64))
+                     for c in self.statistics}
         self.rows_heads = [_Rows(n) for n in heads]
         self.rows_ffn = [_Rows(n) for n in ffn]
         self.count = 0
-        #: the residual channels' gates: sums of |dL/dg| and (dL/dg)² (None: not scored)
-        self.abs_hidden: torch.Tensor | None = None
-        self.sq_hidden: torch.Tensor | None = None
 
     def add_hidden(self, grads: torch.Tensor) -> None:
         """One batch's (batch, channels) gradients of the channel gates."""
-        if self.abs_hidden is None or self.sq_hidden is None:
-            self.abs_hidden = torch.zeros(grads.shape[1], dtype=torch.float64)
-            self.sq_hidden = torch.zeros(grads.shape[1], dtype=torch.float64)
-        self.abs_hidden += grads.abs().sum(0).double()
-        self.sq_hidden += grads.double().pow(2).sum(0)
+        for c in self.statistics:
+            sums = self.sums[c.name]
+            if sums.hidden is None:
+                sums.hidden = torch.zeros(grads.shape[1], dtype=torch.float64)
+            sums.hidden += c.accumulate(grads)
 
     def add(self, heads: list[torch.Tensor], ffn: list[torch.Tensor], layers: torch.Tensor) -> None:
         """One batch: ``heads[l]`` / ``ffn[l]`` are (batch, units) gradients, ``layers`` (batch, layers)."""
+        for c in self.statistics:
+            sums = self.sums[c.name]
+            for l, (h, f) in enumerate(zip(heads, ffn)):
+                sums.heads[l] += c.accumulate(h)
+                sums.ffn[l] += c.accumulate(f)
+            sums.layers += c.accumulate(layers)
         for l, (h, f) in enumerate(zip(heads, ffn)):
-            self.abs_heads[l] += h.abs().sum(0).double()
-            self.abs_ffn[l] += f.abs().sum(0).double()
-            self.sq_heads[l] += h.double().pow(2).sum(0)
-            self.sq_ffn[l] += f.double().pow(2).sum(0)
             self.rows_heads[l].add(h)
             self.rows_ffn[l].add(f)
-        self.abs_layers += layers.abs().sum(0).double()
-        self.sq_layers += layers.double().pow(2).sum(0)
         self.count += layers.shape[0]
 
+    def means(self, name: str) -> GateScores:
+        """The scores of criterion ``name``: its sums over the examples / their count."""
+        sums = self.sums[name]
+        return GateScores(heads=[(s / self.count).float() for s in sums.heads],
+                          ffn=[(s / self.count).float() for s in sums.ffn], layers=(sums.layers / self.count).float(),
+                          hidden=(sums.hidden / self.count).float() if sums.hidden is not None else None)
+
     def scores(self, label_free: bool) -> ImportanceScores:
-        n = self.count
-
-        def mean(sums: list[torch.Tensor]) -> list[torch.Tensor]:
-            return [(s / n).float() for s in sums]
-
-        fisher = FisherScores(heads=mean(self.sq_heads), ffn=mean(self.sq_ffn), layers=(self.sq_layers / n).float(),
+        # the first-order and the Fisher scores have their own places in the file (written before the registry)
+        first, second = self.means(LOSS_GRADIENT), self.means(FISHER)
+        fisher = FisherScores(heads=second.heads, ffn=second.ffn, layers=second.layers,
                               head_factors=[block_factor(rows.all()) for rows in self.rows_heads],
-                              ffn_factors=[block_factor(rows.all()) for rows in self.rows_ffn], samples=n,
-                              hidden=(self.sq_hidden / n).float() if self.sq_hidden is not None else None)
-        return ImportanceScores(heads=mean(self.abs_heads), ffn=mean(self.abs_ffn),
-                                metadata={"samples": n, "label_free": label_free, "criterion": LOSS_GRADIENT},
-                                layers=(self.abs_layers / n).float(), fisher=fisher,
-                                hidden=(self.abs_hidden / n).float() if self.abs_hidden is not None else None)
+                              ffn_factors=[block_factor(rows.all()) for rows in self.rows_ffn], samples=self.count,
+                              hidden=second.hidden)
+        more = {c.name: self.means(c.name) for c in self.statistics if c.name not in (LOSS_GRADIENT, FISHER)}
+        return ImportanceScores(heads=first.heads, ffn=first.ffn,
+                                metadata={"samples": self.count, "label_free": label_free, "criterion": LOSS_GRADIENT},
+                                layers=first.layers, fisher=fisher, hidden=first.hidden, more=more)
 
 
 class _Rows:

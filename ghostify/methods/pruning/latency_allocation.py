@@ -25,6 +25,7 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from fractions import Fraction
 from typing import Any
 
@@ -33,9 +34,10 @@ import torch
 from ...architectures import ArchitectureAdapter
 from ...errors import GhostifyError
 from ...latency_model import Geometry, LatencyModel
-from ..base import registry
+from ..base import channel_origin, layer_origin
+from ..criteria import get as get_criterion
+from ..scores import check_scores
 from .allocation import Selection, heads_for_width, neurons_for_width
-from .settings import CRITERIA
 
 #: FFN neurons are removed in groups of ``ffn_size // NEURON_GROUPS`` (at least 1): a few dozen
 #: steps per layer instead of thousands
@@ -84,6 +86,37 @@ class LatencyPlan:
         return None if self.channels is None else len(self.channels)
 
 
+class Kind(IntEnum):
+    """What one removal of the greedy search takes away; on a tie of score per millisecond, the lower layer goes
+    first, then heads before neurons, neurons before a whole layer, a layer before residual channels."""
+
+    HEADS = 0
+    NEURONS = 1
+    LAYER = 2
+    CHANNELS = 3
+
+
+@dataclass(frozen=True)
+class Group:
+    """Units one removal takes away together: their summed score, how many, and which (indices as they are now)."""
+
+    score: float
+    size: int
+    units: list[int]
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    """The next removal of one kind (of one layer's heads or neurons, of one layer whole, or of channels), ordered
+    by the score it loses per millisecond it saves (as it was when queued), then by :class:`Kind`'s tie rule.
+    ``rank``: which of its queue's groups it is (0: the lowest-scored)."""
+
+    ratio: float
+    layer: int
+    kind: Kind
+    rank: int
+
+
 @dataclass
 class _State:
     """What the greedy removal has kept so far."""
@@ -95,7 +128,7 @@ class _State:
     dropped: set[int]
 
     def kept(self) -> list[int]:
-        return [l for l in range(len(self.heads)) if l not in self.dropped]
+        return [layer for layer in range(len(self.heads)) if layer not in self.dropped]
 
 
 def plan_for_latency(
@@ -131,129 +164,130 @@ def plan_for_latency(
     if len(ffn_scores) != layers or len(applications) != layers:
         raise ValueError(f"{layers} layers of head scores, {len(ffn_scores)} of FFN scores, "
                          f"{len(applications)} applications")
-    _check_finite(head_scores, ffn_scores)
+    check_scores(list(head_scores), "the importance scores of layer {layer}")
+    check_scores(list(ffn_scores), "the importance scores of layer {layer}")
     layer_values = _layer_values(layer_scores, layers)
-    droppable = [l for l in range(layers) if layer_values is not None and applications[l] == 1
-                 and not (first_layer_fixed and l == 0)]
-    width = latency.geometry.hidden_size if hidden is None else hidden
-    state = _State([t.numel() for t in head_scores], [t.numel() for t in ffn_scores], applications, width, set())
-    group = max(1, latency.geometry.ffn_size // NEURON_GROUPS)
-    queues = [_groups(head_scores[l], 1) for l in range(layers)] + [_groups(ffn_scores[l], group) for l in range(layers)]
-    channel_groups, narrowest = _channel_groups(channel_scores, channel_step, latency, width)
+    droppable = [layer for layer in range(layers) if layer_values is not None and applications[layer] == 1
+                 and not (first_layer_fixed and layer == 0)]
+    full = latency.geometry.hidden_size
+    state = _State([t.numel() for t in head_scores], [t.numel() for t in ffn_scores], applications,
+                   full if hidden is None else hidden, set())
+    neuron_group = max(1, latency.geometry.ffn_size // NEURON_GROUPS)
+    # each layer's removals of heads and of neurons, lowest-scored first
+    removals = {Kind.HEADS: [_groups(scores, 1) for scores in head_scores],
+                Kind.NEURONS: [_groups(scores, neuron_group) for scores in ffn_scores]}
+    channel_groups, narrowest = _channel_groups(channel_scores, channel_step, latency, state.width)
     check_reachable(latency, target_ms, state.heads, state.neurons, applications, droppable, hidden=hidden,
                     narrowest=narrowest)
-    removed: list[set[int]] = [set() for _ in queues]
+    removed = {kind: [set() for _ in range(layers)] for kind in (Kind.HEADS, Kind.NEURONS)}
     gone_channels: set[int] = set()
 
-    def ratio(kind: int, layer: int, value: float, count: int) -> float:
-        """Score lost per millisecond saved by a removal of ``count`` units of ``kind`` now (inf: it saves nothing)."""
-        base, layer_ms, head_ms, neuron_ms = latency.costs(state.width if state.width != latency.geometry.hidden_size
-                                                           else None)
-        if kind == 0:
-            saving = head_ms * applications[layer] * count
-        elif kind == 1:
-            saving = neuron_ms * applications[layer] * count
-        elif kind == 2:
+    def group(kind: Kind, layer: int, rank: int) -> Group:
+        if kind == Kind.LAYER:
+            return Group(layer_values[layer], 1, [layer])
+        if kind == Kind.CHANNELS:
+            return channel_groups[rank]
+        return removals[kind][layer][rank]
+
+    def ratio(kind: Kind, layer: int, removal: Group) -> float:
+        """Score lost per millisecond saved by ``removal`` now (inf: it saves nothing)."""
+        _, layer_ms, head_ms, neuron_ms = latency.costs(state.width if state.width != full else None)
+        if kind == Kind.HEADS:
+            saving = head_ms * applications[layer] * removal.size
+        elif kind == Kind.NEURONS:
+            saving = neuron_ms * applications[layer] * removal.size
+        elif kind == Kind.LAYER:
             saving = layer_ms + head_ms * state.heads[layer] + neuron_ms * state.neurons[layer]
         else:
             c = latency.per_channel
-            saving = count * (c.base + sum(applications[l] * (c.layer + c.head * state.heads[l] + c.neuron * state.neurons[l])
-                                           for l in state.kept()))
-        return value / saving if saving > 0 else math.inf
+            saving = removal.size * (c.base + sum(applications[kept] * (c.layer + c.head * state.heads[kept]
+                                                                        + c.neuron * state.neurons[kept])
+                                                  for kept in state.kept()))
+        return removal.score / saving if saving > 0 else math.inf
+
+    def candidate(kind: Kind, layer: int, rank: int) -> Candidate:
+        return Candidate(ratio(kind, layer, group(kind, layer, rank)), layer, kind, rank)
 
     def predicted() -> float:
         kept = state.kept()
-        return predict(latency, [state.heads[l] for l in kept], [state.neurons[l] for l in kept],
-                       [applications[l] for l in kept], hidden=None if state.width == latency.geometry.hidden_size
-                       else state.width)
+        return predict(latency, [state.heads[i] for i in kept], [state.neurons[i] for i in kept],
+                       [applications[i] for i in kept], hidden=None if state.width == full else state.width)
 
-    # the next removal of each layer's heads (queue l, kind 0) and neurons (queue layers + l, kind 1), each
-    # droppable layer whole (kind 2) and the next channels (kind 3), by ratio; ties go to the lower layer, then
-    # heads, neurons, the whole layer, channels: the same order on every run
-    frontier = [(ratio(q // layers, q % layers, *queues[q][0][0:2]), q % layers, q // layers, 0, q)
-                for q in range(len(queues)) if queues[q]]
-    frontier += [(ratio(2, l, layer_values[l], 1), l, 2, 0, -1) for l in droppable]
+    frontier = [candidate(kind, layer, 0) for kind in (Kind.HEADS, Kind.NEURONS) for layer in range(layers)
+                if removals[kind][layer]]
+    frontier += [candidate(Kind.LAYER, layer, 0) for layer in droppable]
     if channel_groups:
-        frontier.append((ratio(3, layers, *channel_groups[0][0:2]), layers, 3, 0, -1))
-    frontier = [entry for entry in frontier if entry[0] < math.inf]
+        frontier.append(candidate(Kind.CHANNELS, layers, 0))  # after every layer on a tie
+    frontier = [c for c in frontier if c.ratio < math.inf]
     heapq.heapify(frontier)
     while predicted() > target_ms:
         if not frontier:  # only where fitted costs are negative: the check above covers the rest
-            raise _out_of_reach(latency, target_ms, predicted(), bool(droppable))
-        stored, layer, kind, rank, queue = heapq.heappop(frontier)
-        if kind in (0, 1, 2) and layer in state.dropped:
+            raise out_of_reach(latency, target_ms, predicted(), layers=bool(droppable))
+        popped = heapq.heappop(frontier)
+        kind, layer, rank = popped.kind, popped.layer, popped.rank
+        if kind != Kind.CHANNELS and layer in state.dropped:
             continue
-        if kind == 2:
-            value, count = layer_values[layer], 1
-        elif kind == 3:
-            value, count = channel_groups[rank][0:2]
-        else:
-            value, count = queues[queue][rank][0:2]
-        now = ratio(kind, layer, value, count)
-        if now == math.inf:
+        now = candidate(kind, layer, rank)
+        if now.ratio == math.inf:
             continue
-        if now > stored:  # it saves less now than when it was queued (other units went): it waits its turn
-            heapq.heappush(frontier, (now, layer, kind, rank, queue))
+        if now.ratio > popped.ratio:  # it saves less now than when it was queued (other units went): it waits its turn
+            heapq.heappush(frontier, now)
             continue
-        if kind == 2:
+        if kind == Kind.LAYER:
             if len(state.dropped) + 1 < layers:
                 state.dropped.add(layer)
             continue
-        if kind == 3:
-            gone_channels.update(channel_groups[rank][2])
-            state.width -= count
+        taken = group(kind, layer, rank)
+        if kind == Kind.CHANNELS:
+            gone_channels.update(taken.units)
+            state.width -= taken.size
             if rank + 1 < len(channel_groups):
-                heapq.heappush(frontier, (ratio(3, layers, *channel_groups[rank + 1][0:2]), layers, 3, rank + 1, -1))
+                heapq.heappush(frontier, candidate(kind, layer, rank + 1))
             continue
-        units = queues[queue][rank][2]
-        removed[queue].update(units)
-        counts = state.neurons if kind else state.heads
-        counts[layer] -= len(units)
-        if rank + 1 < len(queues[queue]):
-            heapq.heappush(frontier, (ratio(kind, layer, *queues[queue][rank + 1][0:2]), layer, kind, rank + 1, queue))
-    channels = None
-    if channel_scores is not None:
-        channels = _kept(channel_scores, gone_channels)
+        removed[kind][layer].update(taken.units)
+        counts = state.neurons if kind == Kind.NEURONS else state.heads
+        counts[layer] -= len(taken.units)
+        if rank + 1 < len(removals[kind][layer]):
+            heapq.heappush(frontier, candidate(kind, layer, rank + 1))
+    channels = None if channel_scores is None else _kept(channel_scores, gone_channels)
     if state.dropped or gone_channels:
         # the kept layers' units again from all they have, as `prune --speedup` after `drop-layers` and
         # `prune-hidden` does: units removed before a layer or channels went may no longer be needed
         rest = state.kept()
-        plan = plan_for_latency([head_scores[l] for l in rest], [ffn_scores[l] for l in rest], latency, target_ms,
-                                applications=[applications[l] for l in rest],
-                                hidden=None if state.width == latency.geometry.hidden_size else state.width)
+        plan = plan_for_latency([head_scores[i] for i in rest], [ffn_scores[i] for i in rest], latency, target_ms,
+                                applications=[applications[i] for i in rest],
+                                hidden=None if state.width == full else state.width)
         return LatencyPlan(layers=rest, selection=plan.selection, predicted_ms=plan.predicted_ms,
                            dropped=sorted(state.dropped), channels=channels)
-    selection = Selection(heads=[_kept(head_scores[l], removed[l]) for l in range(layers)],
-                          neurons=[_kept(ffn_scores[l], removed[layers + l]) for l in range(layers)])
+    selection = Selection(heads=[_kept(head_scores[i], removed[Kind.HEADS][i]) for i in range(layers)],
+                          neurons=[_kept(ffn_scores[i], removed[Kind.NEURONS][i]) for i in range(layers)])
     return LatencyPlan(layers=list(range(layers)), selection=selection, predicted_ms=predicted(), dropped=[],
                        channels=channels)
 
 
-def _groups(scores: torch.Tensor, group: int) -> list[tuple[float, int, list[int]]]:
-    """The units one layer can lose, lowest-scored first, in groups of ``group`` (its best unit stays): each
-    group's summed score, size and units."""
+def _groups(scores: torch.Tensor, size: int) -> list[Group]:
+    """The units one layer can lose, lowest-scored first, in groups of ``size`` (its best unit stays)."""
     values = scores.double().tolist()
     order = sorted(range(len(values)), key=lambda j: (values[j], j))[:-1]  # stable: ties by index
-    groups = [order[i:i + group] for i in range(0, len(order), group)]
-    return [(math.fsum(values[j] for j in g), len(g), g) for g in groups]
+    groups = [order[i:i + size] for i in range(0, len(order), size)]
+    return [Group(math.fsum(values[j] for j in g), len(g), g) for g in groups]
 
 
 def _channel_groups(scores: torch.Tensor | None, step: int, latency: LatencyModel,
-                    width: int) -> tuple[list[tuple[float, int, list[int]]], int | None]:
+                    width: int) -> tuple[list[Group], int | None]:
     """The residual channels the allocation may remove, lowest-scored first, ``step`` at a time, down to the
     narrowest hidden size the latency model was measured at (it does not extrapolate below), and that width."""
     if scores is None or not latency.predicts_hidden:
         return [], None
     if scores.numel() != width:
         raise ValueError(f"{scores.numel()} channel scores for {width} channels")
-    if not bool(torch.isfinite(scores).all()) or bool((scores < 0).any()):
-        raise GhostifyError("the channel scores hold negative, NaN or infinite values; re-run `ghostify importance`")
-    measured = [row["hidden"] for row in latency.probes if row.get("hidden")]
+    check_scores(scores, "the channel scores")
+    measured = measured_widths(latency)
     narrowest = max(step, math.ceil(min(measured) / step) * step) if measured else width
     values = scores.double().tolist()
     order = sorted(range(width), key=lambda c: (values[c], c))[: max(0, width - narrowest)]
     groups = [order[i:i + step] for i in range(0, len(order) - len(order) % step, step)]
-    return [(math.fsum(values[c] for c in g), len(g), g) for g in groups], narrowest
+    return [Group(math.fsum(values[c] for c in g), len(g), g) for g in groups], narrowest
 
 
 def _layer_values(scores: Sequence[float] | torch.Tensor | None, layers: int) -> list[float] | None:
@@ -262,8 +296,7 @@ def _layer_values(scores: Sequence[float] | torch.Tensor | None, layers: int) ->
     values = torch.as_tensor(scores, dtype=torch.float64).flatten()
     if values.numel() != layers:
         raise ValueError(f"{values.numel()} layer scores for {layers} layers")
-    if not bool(torch.isfinite(values).all()) or bool((values < 0).any()):
-        raise GhostifyError("the layer scores hold negative, NaN or infinite values; re-run `ghostify importance`")
+    check_scores(values, "the layer scores")
     return values.tolist()
 
 
@@ -294,24 +327,46 @@ def predict(latency: LatencyModel, heads: Sequence[int], neurons: Sequence[int],
 
 def check_reachable(latency: LatencyModel, target_ms: float, heads: Sequence[int], neurons: Sequence[int],
                     applications: Sequence[int] | None = None, droppable: Sequence[int] = (), *,
-                    hidden: int | None = None, narrowest: int | None = None) -> None:
-    """Refuse a target that even :meth:`LatencyModel.fastest_ms` does not meet (at the ``narrowest`` hidden size
-    the allocation may cut to, else at ``hidden``), naming the best speed-up."""
-    best = latency.fastest_ms(heads, neurons, applications, droppable, narrowest if narrowest is not None else hidden)
-    if best > target_ms:
-        raise _out_of_reach(latency, target_ms, best, bool(droppable), narrowest is not None)
+                    hidden: int | None = None, narrowest: int | None = None, more: str = "") -> None:
+    """Refuse a target that even :meth:`LatencyModel.fastest_ms` does not meet (every layer in ``droppable``
+    dropped but one, 1 head and 1 neuron in each layer left, at the ``narrowest`` hidden size the allocation may
+    cut to, else at ``hidden``): the one check of a target's reach, for ``prune --speedup`` before any weight is
+    read, the allocation itself and ``compress`` before any stage runs. ``more``: the caller's other way to get
+    there, advised beside asking for less."""
+    fastest = latency.fastest_ms(heads, neurons, applications, droppable,
+                                 narrowest if narrowest is not None else hidden)
+    if fastest > target_ms:
+        raise out_of_reach(latency, target_ms, fastest, layers=bool(droppable), hidden=narrowest is not None,
+                           more=more)
 
 
-def _out_of_reach(latency: LatencyModel, target_ms: float, best: float, layers_too: bool,
-                  hidden_too: bool = False) -> GhostifyError:
+def out_of_reach(latency: LatencyModel, target_ms: float, fastest_ms: float, *, layers: bool = False,
+                 hidden: bool = False, more: str = "") -> GhostifyError:
+    """The one refusal of a target beyond a latency model's reach: what even the fewest units predict, and what to
+    ask for instead (where that is no speed-up at all: measure again, or another deployment)."""
     dense = latency.dense_ms()
-    fewest = ("dropping every layer that may go and keeping 1 head and 1 FFN neuron per layer left" if layers_too
-              else "1 head and 1 FFN neuron per layer") + (" at the narrowest hidden size measured" if hidden_too else "")
-    advice = "ask for less" if layers_too else "ask for less, or drop layers first (`ghostify drop-layers`)"
-    return GhostifyError(
-        f"a predicted {target_ms:.4g} ms (a speed-up of {dense / target_ms:.3g}x over the dense {dense:.4g} ms) is "
-        f"out of reach: even {fewest} predict {best:.4g} ms, a speed-up of at most "
-        f"{dense / best:.3g}x on {latency.deployment.describe()}; {advice}")
+    best = dense / fastest_ms
+    asked = f"--speedup {dense / target_ms:.4g} is out of reach"
+    fewest = ("dropping every layer that may go and keeping 1 head and 1 FFN neuron per layer left" if layers
+              else "1 head and 1 FFN neuron per layer") + (" at the narrowest hidden size measured" if hidden else "")
+    others = f", or {more}" if more else ""
+    most = math.floor(best * 10) / 10
+    if most <= 1:  # "ask for 1 or less" would advise what is refused
+        removed = "pruning heads and FFN neurons" + (", dropping layers" if layers else "") + \
+                  (", cutting residual channels" if hidden else "")
+        return GhostifyError(f"{asked}: the latency model predicts no speed-up from {removed} (at most {best:.2f}x "
+                             f"over the dense {dense:.4g} ms on {latency.deployment.describe()}; per head "
+                             f"{latency.head_ms:g} ms, per neuron {latency.neuron_ms:g} ms); measure it again "
+                             "(`ghostify latency MODEL --refresh`), target another deployment (--runtime, "
+                             f"--batch-size, --seq-len){others}")
+    return GhostifyError(f"{asked}: even {fewest} predict {fastest_ms:.4g} ms, a speed-up of at most {best:.3g}x over "
+                         f"the dense {dense:.4g} ms on {latency.deployment.describe()}; ask for {most:g} or "
+                         f"less{others}")
+
+
+def measured_widths(latency: LatencyModel) -> list[int]:
+    """The narrower hidden sizes ``latency`` was measured at (it predicts down to the narrowest of them)."""
+    return [row["hidden"] for row in latency.probes if row.get("hidden")]
 
 
 def _kept(scores: torch.Tensor, removed: set[int]) -> list[int]:
@@ -319,20 +374,13 @@ def _kept(scores: torch.Tensor, removed: set[int]) -> list[int]:
     return sorted((j for j in range(len(values)) if j not in removed), key=lambda j: (-values[j], j))
 
 
-def _check_finite(*groups: Sequence[torch.Tensor]) -> None:
-    for tensors in groups:
-        for layer, t in enumerate(tensors):
-            if not bool(torch.isfinite(t).all()) or bool((t < 0).any()):
-                raise GhostifyError(f"the importance scores of layer {layer} hold negative, NaN or infinite values; "
-                                    "re-run `ghostify importance`")
-
-
 def comparable_scores(heads: Sequence[torch.Tensor], ffn: Sequence[torch.Tensor],
                       criterion: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Head and neuron scores on one scale. The loss criteria are (the module's docstring); others (weight
-    magnitude) are divided by their kind's total over all layers, so that all the heads and all the
+    """Head and neuron scores on one scale. The criteria on the loss's scale are (``Criterion.loss_scale``); others
+    (weight magnitude) are divided by their kind's total over all layers, so that all the heads and all the
     neurons weigh the same in sum."""
-    if criterion in CRITERIA:
+    found = get_criterion(criterion)
+    if found is not None and found.loss_scale:
         return list(heads), list(ffn)
 
     def share(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -349,26 +397,16 @@ def model_geometry(config: Any, adapter: ArchitectureAdapter, record: Any) -> Ge
     """The original shape of the model ``config`` builds: its family (the adapter's name for it),
     hidden size, attention units (what pruning counts and ``record.heads`` lists: heads, or key/value
     groups with GQA), FFN size and layer applications per forward pass, before any layer was dropped
-    (the method that dropped them says how many there were). ``ghostify latency`` describes a model
-    the same way (``steps.latency.original_geometry``)."""
-    origin = _origin(record, "layer_origin")
-    layers = origin[1] if origin is not None else adapter.num_layers(config)
-    channels = _origin(record, "channel_origin")
-    hidden = channels[1] if channels is not None else adapter.hidden_size(config)
-    return Geometry(family=adapter.family or str(config.model_type), hidden_size=hidden,
-                    num_heads=adapter.num_units(config), ffn_size=adapter.ffn_size(config), num_layers=layers)
+    or channel cut (the method that did it says how many there were). ``ghostify latency`` describes a model
+    by it too (``steps.latency.original_geometry``)."""
+    layers = layer_origin(record)
+    channels = channel_origin(record)
+    return Geometry(family=adapter.family or str(config.model_type),
+                    hidden_size=channels[1] if channels is not None else adapter.hidden_size(config),
+                    num_heads=adapter.num_units(config), ffn_size=adapter.ffn_size(config),
+                    num_layers=layers[1] if layers is not None else adapter.num_layers(config))
 
 
 def current_width(config: Any, adapter: ArchitectureAdapter, record: Any) -> int | None:
     """The residual channels a model keeps when a method cut them (``prune-hidden``), else None (all of them)."""
-    return adapter.hidden_size(config) if _origin(record, "channel_origin") is not None else None
-
-
-def _origin(record: Any, hook: str) -> tuple[list[int], int] | None:
-    """``(kept, of)`` of the method that dropped layers or cut channels (``Method.layer_origin`` /
-    ``Method.channel_origin``), else None."""
-    for method in registry():
-        entry = record.entry(method.name) if record is not None else None
-        if entry and getattr(method, hook) is not None:
-            return getattr(method, hook)(entry)
-    return None
+    return adapter.hidden_size(config) if channel_origin(record) is not None else None

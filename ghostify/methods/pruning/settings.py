@@ -3,40 +3,27 @@ predicted speed-up under a latency model (``--speedup``, ``latency_allocation.py
 
 Widths are relative to the *original* architecture (the config's head count and FFN size), so
 pruning a 6/12 model to 3/12 keeps 3 of its 6 heads. Kept units are ordered by importance.
+
+The settings are checked once, when they are made (``__post_init__``): what they derive (the widths, the
+target speed-up, the criterion) is then an attribute that ``check`` and ``apply`` read.
 """
 
 from __future__ import annotations
 
-import math
+import functools
 from dataclasses import dataclass
 from fractions import Fraction
-
 from ...errors import GhostifyError
+from ...latency_model import LatencyModel
+from ...settings import checked_speedup, parse_width
 from ..base import setting
+from ..criteria import FISHER, HEADS, Criterion, choices, criterion
 
 ALLOCATIONS = ("uniform", "global")
-#: what the scores of ``ghostify importance`` rank by: the Fisher information of the gates, E[(dL/dg)²]
-#: (Kwon et al. 2022: half the sum over a removed set is its second-order loss increase), or the first-order
-#: E|dL/dg| (Michel et al. 2019). Weight magnitude is what prune falls back to without scores.
-FISHER = "fisher"
-LOSS_GRADIENT = "loss-gradient"
-WEIGHT_MAGNITUDE = "weight-magnitude"
-CRITERIA = (FISHER, LOSS_GRADIENT)
 #: mask tuning holds out an eighth of its examples (at least one batch) to check the scales on
 TUNE_MIN_EXAMPLES = 16
 #: examples per forward pass of mask tuning (fewer when there are under 8 batches of them)
 TUNE_BATCH_SIZE = 32
-
-
-def parse_width(text: str | float | Fraction, name: str = "--width") -> Fraction:
-    """``"0.25"``, ``"3/12"`` or a number, as an exact fraction in (0, 1]."""
-    try:
-        value = Fraction(str(text).strip())
-    except (ValueError, ZeroDivisionError):
-        raise GhostifyError(f"{name} {text!r} is not a number; give a fraction such as 0.25 or 3/12") from None
-    if not 0 < value <= 1:
-        raise GhostifyError(f"{name} {text} is outside (0, 1]; give a fraction such as 0.25 or 3/12")
-    return value
 
 
 @dataclass(frozen=True)
@@ -59,19 +46,48 @@ class PruneSettings:
                                     "layers, for a predicted latency <= dense / X (needs --latency).")
     latency: str | None = setting(None, show_default=False, help="Latency model (file, or the directory of `ghostify "
                                   "latency MODEL -o DIR`) that --speedup predicts with.")
-    criterion: str = setting(FISHER, help=f"What the scores rank by: {FISHER} (E[(dL/dg)^2], the loss increase to "
-                             f"second order; Kwon et al. 2022) or {LOSS_GRADIENT} (E|dL/dg|, first order).")
+    criterion: str = setting(FISHER, help=f"What the scores rank by: {choices(HEADS, FISHER)}.")
     # off by default: on MiniLM it lowered the block objective but cost accuracy on 3 of 4 tasks
     # (benchmarks/results/retraining_free.md); compress tries it as one of its candidates
     rearrange: bool = setting(False, flag="--rearrange/--no-rearrange", help="Choose which heads and neurons each "
                               "layer keeps by the layer's block of the Fisher information (units that matter "
                               "together), keeping the counts the widths or --speedup chose.")
-    tune_masks: int = setting(0, min=0, help="Tune the kept heads' and neurons' scales by least squares on this many "
+    tune_masks: int = setting(0, help="Tune the kept heads' and neurons' scales by least squares on this many "
                               "unlabelled training examples of the scores' data, so that each pruned layer "
                               "reproduces the unpruned one (0: no tuning); folded into the weights.")
 
-    def widths(self) -> tuple[Fraction, Fraction]:
-        """The heads' and the FFN's width, each checked (a missing one is refused)."""
+    def __post_init__(self) -> None:
+        """Every refusal the settings alone can get, each in one line, in the order a reader checks them."""
+        criterion(self.criterion, HEADS)
+        _check_tune_masks(self.tune_masks)
+        speedup = self._target_speedup()
+        # derived once, here (not fields: they are no settings of their own)
+        object.__setattr__(self, "_speedup", speedup)
+        object.__setattr__(self, "_widths_kept", self._widths() if speedup is None else None)
+
+    @property
+    def ranking(self) -> Criterion:
+        """The criterion the scores rank by (``--criterion``, checked)."""
+        return criterion(self.criterion, HEADS)
+
+    @property
+    def target_speedup(self) -> float | None:
+        """The checked ``--speedup`` (None: prune to :attr:`widths`): above 1, with a latency model, and no width or
+        ``--allocation`` beside it."""
+        return self._speedup
+
+    @property
+    def widths(self) -> tuple[Fraction, Fraction] | None:
+        """The heads' and the FFN's width, each checked (None with ``--speedup``)."""
+        return self._widths_kept
+
+    @functools.cached_property
+    def latency_model(self) -> LatencyModel | None:
+        """The latency model ``--latency`` names, read once (None without ``--speedup``); a missing or damaged one
+        is refused in one line."""
+        return None if self.latency is None or self.target_speedup is None else LatencyModel.load(self.latency)
+
+    def _widths(self) -> tuple[Fraction, Fraction]:
         if self.width is None and self.heads_width is None and self.ffn_width is None:
             raise GhostifyError("no width given; pass --width (e.g. 0.25 or 3/12), or --heads-width and --ffn-width, "
                                 "or --speedup X with --latency FILE")
@@ -80,24 +96,10 @@ class PruneSettings:
         ffn = parse_width(self.ffn_width, "--ffn-width") if self.ffn_width is not None else base
         if heads is None or ffn is None:
             raise GhostifyError(f"{'--ffn-width' if ffn is None else '--heads-width'} is not set; pass it, or --width for both")
-        if self.allocation not in ALLOCATIONS:
-            raise GhostifyError(f"unknown --allocation {self.allocation!r}; choose one of {', '.join(ALLOCATIONS)}")
+        _check_allocation(self.allocation)
         return heads, ffn
 
-    def check_search(self) -> None:
-        """Refuse an unknown criterion."""
-        if self.criterion not in CRITERIA:
-            raise GhostifyError(f"unknown --criterion {self.criterion!r}; choose one of {', '.join(CRITERIA)}")
-        if isinstance(self.tune_masks, bool) or not isinstance(self.tune_masks, int) or self.tune_masks < 0:
-            raise GhostifyError(f"--tune-masks {self.tune_masks!r} must be a whole number of examples (0: no tuning), "
-                                "e.g. 1024")
-        if 0 < self.tune_masks < TUNE_MIN_EXAMPLES:
-            raise GhostifyError(f"--tune-masks {self.tune_masks} is too few examples to fit and check the scales on; "
-                                f"give at least {TUNE_MIN_EXAMPLES} (e.g. 1024), or 0 for no tuning")
-
-    def target_speedup(self) -> float | None:
-        """The checked ``--speedup`` (None: prune to a width, checked by :meth:`widths`): a number
-        above 1, with a latency model, and no width or ``--allocation`` beside it."""
+    def _target_speedup(self) -> float | None:
         if self.speedup is None:
             if self.latency is not None:
                 raise GhostifyError(f"--latency {self.latency} is read only with --speedup; pass --speedup X (e.g. 2) "
@@ -108,13 +110,9 @@ class PruneSettings:
         if widths:
             raise GhostifyError(f"--speedup and {'/'.join(widths)} are mutually exclusive: --speedup chooses the "
                                 "widths of every layer itself; pass one of them")
-        speedup = _number(self.speedup)
-        if speedup is None or not math.isfinite(speedup) or speedup <= 1:
-            raise GhostifyError(f"--speedup {self.speedup!r} must be a finite number above 1 (the predicted latency "
-                                "is at most dense / X), e.g. 2")
+        speedup = checked_speedup(self.speedup)
         if self.allocation != PruneSettings.allocation:
-            if self.allocation not in ALLOCATIONS:
-                raise GhostifyError(f"unknown --allocation {self.allocation!r}; choose one of {', '.join(ALLOCATIONS)}")
+            _check_allocation(self.allocation)
             raise GhostifyError(f"--allocation {self.allocation} is for --width; --speedup allocates heads and neurons "
                                 "across all layers by the latency model itself: drop --allocation")
         if self.latency is None:
@@ -123,11 +121,15 @@ class PruneSettings:
         return speedup
 
 
-def _number(value: object) -> float | None:
-    """``value`` as a float (a number or its text), or None when it is none."""
-    if isinstance(value, bool):
-        return None
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
+def _check_allocation(allocation: str) -> None:
+    if allocation not in ALLOCATIONS:
+        raise GhostifyError(f"unknown --allocation {allocation!r}; choose one of {', '.join(ALLOCATIONS)}")
+
+
+def _check_tune_masks(count: object) -> None:
+    """``--tune-masks``: a whole number of examples, 0 (no tuning) or enough to fit and check the scales on."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise GhostifyError(f"--tune-masks {count!r} must be a whole number of examples (0: no tuning), e.g. 1024")
+    if 0 < count < TUNE_MIN_EXAMPLES:
+        raise GhostifyError(f"--tune-masks {count} is too few examples to fit and check the scales on; give at least "
+                            f"{TUNE_MIN_EXAMPLES} (e.g. 1024), or 0 for no tuning")

@@ -68,14 +68,14 @@ class LeastSquares:
 
     def error(self, scales: torch.Tensor) -> float:
         """``‖A m − B‖²`` per token at ``scales``."""
-        m = scales.double()
-        return float(m @ self.gram @ m - 2 * m @ self.rhs + self.target) / max(1, self.tokens)
+        at = scales.double()
+        return float(at @ self.gram @ at - 2 * at @ self.rhs + self.target) / max(1, self.tokens)
 
     def solve(self, damping: float = DAMPING) -> torch.Tensor:
         """The damped solution, pulled towards 1: ``(AᵀA + λI) m = AᵀB + λ·1``."""
-        lam = damping * float(self.gram.diagonal().mean().clamp_min(1e-30))
+        pull = damping * float(self.gram.diagonal().mean().clamp_min(1e-30))  # λ
         eye = torch.eye(self.units, dtype=torch.float64)
-        return torch.linalg.solve(self.gram + lam * eye, self.rhs + lam)
+        return torch.linalg.solve(self.gram + pull * eye, self.rhs + pull)
 
 
 @dataclass
@@ -97,11 +97,11 @@ class SublayerReport:
         return {k: (float(f"{v:.6g}") if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
 
-def check_tunable(adapter: ArchitectureAdapter, model: nn.Module) -> None:
-    """Refuse a model whose layers run more than once (ALBERT, ``share-layers``): one scale vector would
-    have to serve inputs that its own tuning changes."""
-    if any(n > 1 for n in adapter.layer_applications(model)):
-        raise GhostifyError(f"--tune-masks needs layers that run once each, but this {adapter.family} model runs "
+def check_tunable(family: str, shares_layers: bool) -> None:
+    """Refuse tuning a model whose layers run more than once (ALBERT, ``share-layers``): one scale vector would
+    have to serve inputs that its own tuning changes. ``prune`` asks from the config before any weight is read."""
+    if shares_layers:
+        raise GhostifyError(f"--tune-masks needs layers that run once each, but this {family} model runs "
                             "shared layers several times per forward pass; prune without --tune-masks")
 
 
@@ -137,42 +137,44 @@ def tune_masks(student: nn.Module, teacher: nn.Module, batches: Sequence[dict[st
     one, every scale is undone (the layer-wise least squares do not see the task's head).
     """
     adapter = get_adapter(student.config)
-    check_tunable(adapter, student)
+    check_tunable(adapter.family, any(n > 1 for n in adapter.layer_applications(student)))
     if not 0 < held_out < len(batches):
         raise ValueError(f"held_out={held_out} of {len(batches)} batches")
     student.eval()
     teacher.eval()
-    t_layers, s_layers = adapter.layers(teacher), adapter.layers(student)
+    teacher_layers, student_layers = adapter.layers(teacher), adapter.layers(student)
     device = next(student.parameters()).device
-    batches = [{k: v.to(device) for k, v in b.items() if k != "labels"} for b in batches]
-    fit = [i < len(batches) - held_out for i in range(len(batches))]
-    masks = [b["attention_mask"].bool() for b in batches]
+    batches = [{k: v.to(device) for k, v in batch.items() if k != "labels"} for batch in batches]
+    fit = [index < len(batches) - held_out for index in range(len(batches))]  # False: held out
+    masks = [batch["attention_mask"].bool() for batch in batches]
     reports: list[SublayerReport] = []
-    tuned = _tuned_weights(adapter, s_layers)
+    tuned = _tuned_weights(adapter, student_layers)
     untuned = [w.detach().clone() for w in tuned]
     judged = batches[len(batches) - held_out:]
     before = _distance(student, teacher, judged, distance) if distance is not None else None
     with torch.no_grad():
-        calls, first_inputs = _layer_calls(teacher, t_layers, batches)
-        chained = _outputs_chain(t_layers, calls[0], first_inputs)
-        t_in = [c[0].hidden for c in calls]
-        s_in = list(t_in)
-        for c in calls:
-            c[0].hidden = None  # held by t_in (and s_in) alone, so replacing them frees them
+        calls, first_inputs = _layer_calls(teacher, teacher_layers, batches)
+        chained = _outputs_chain(teacher_layers, calls[0], first_inputs)
+        # each batch's hidden states entering the layer being tuned, in the teacher and in the student
+        teacher_inputs = [batch_calls[0].hidden for batch_calls in calls]
+        student_inputs = list(teacher_inputs)
+        for batch_calls in calls:
+            batch_calls[0].hidden = None  # held by the lists above alone, so replacing them frees them
         del first_inputs
-        for l, (t_layer, s_layer) in enumerate(zip(t_layers, s_layers)):
-            if l > 0 and not chained:
-                t_in = [_input_of(teacher, t_layers[l], b) for b in batches]
-                s_in = [_input_of(student, s_layer, b) for b in batches]
-            targets = [_teacher_sums(adapter, t_layer, calls[i][l], t_in[i], masks[i]) for i in range(len(batches))]
-            reports.append(_tune_attention(adapter, student.config, s_layer, l, calls, s_in, targets, masks, fit,
-                                           damping))
-            reports.append(_tune_ffn(adapter, s_layer, l, calls, s_in, targets, masks, fit, damping))
+        for layer, (teacher_layer, student_layer) in enumerate(zip(teacher_layers, student_layers)):
+            if layer > 0 and not chained:
+                teacher_inputs = [_input_of(teacher, teacher_layer, batch) for batch in batches]
+                student_inputs = [_input_of(student, student_layer, batch) for batch in batches]
+            targets = [_teacher_sums(adapter, teacher_layer, calls[batch][layer], teacher_inputs[batch], masks[batch])
+                       for batch in range(len(batches))]
+            reports.append(_tune_attention(adapter, student.config, student_layer, layer, calls, student_inputs,
+                                           targets, masks, fit, damping))
+            reports.append(_tune_ffn(adapter, student_layer, layer, calls, student_inputs, targets, masks, fit, damping))
             if chained:
-                t_in = [t.output for t in targets]
+                teacher_inputs = [sums.output for sums in targets]
                 del targets  # the sums of this layer, before the next layer's are made
-                for i in range(len(batches)):  # in place: one batch's states at a time, not a second list of them
-                    s_in[i] = calls[i][l].run(s_layer, s_in[i])
+                for batch in range(len(batches)):  # in place: one batch's states at a time, not a second list of them
+                    student_inputs[batch] = calls[batch][layer].run(student_layer, student_inputs[batch])
     result = Tuning(sublayers=reports, distance_before=before)
     if distance is not None:
         result.distance_after = _distance(student, teacher, judged, distance)
@@ -237,12 +239,12 @@ def _layer_calls(model: nn.Module, layers: list[nn.Module],
     Only the first layer's hidden states are kept for the other batches."""
     calls: list[list[LayerCall]] = []
     first_inputs: list[torch.Tensor] = []
-    for b, batch in enumerate(batches):
+    for index, batch in enumerate(batches):
         row: list[LayerCall] = []
 
-        def keep(module: nn.Module, args: tuple, kwargs: dict[str, Any], b: int = b, row: list = row) -> None:
+        def keep(module: nn.Module, args: tuple, kwargs: dict[str, Any], index: int = index, row: list = row) -> None:
             hidden = _hidden_of(args, kwargs)
-            if b == 0:
+            if index == 0:
                 first_inputs.append(hidden)
             # the hidden states are dropped from the arguments kept (every layer's, for every example, would be most
             # of tuning's memory): run() passes the ones it is given in their place
@@ -258,8 +260,8 @@ def _layer_calls(model: nn.Module, layers: list[nn.Module],
 
 def _outputs_chain(layers: list[nn.Module], calls: list[LayerCall], inputs: list[torch.Tensor]) -> bool:
     """Whether each layer's output, run alone, is exactly what the next layer received (nothing runs between)."""
-    for l in range(len(layers) - 1):
-        if not torch.allclose(calls[l].run(layers[l], inputs[l]), inputs[l + 1], rtol=1e-5, atol=1e-6):
+    for index in range(len(layers) - 1):
+        if not torch.allclose(calls[index].run(layers[index], inputs[index]), inputs[index + 1], rtol=1e-5, atol=1e-6):
             return False
     return True
 
@@ -316,14 +318,15 @@ def _teacher_sums(adapter: ArchitectureAdapter, layer: nn.Module, call: LayerCal
     seen: dict[str, torch.Tensor] = {}
     handles = [
         adapter.submodule(layer, paths.attention_output).register_forward_hook(
-            lambda m, a, out: seen.__setitem__("o", _output(out))),
+            lambda module, args, out: seen.__setitem__("attention_output", _output(out))),
         adapter.submodule(layer, paths.ffn_down).register_forward_hook(
-            lambda m, a, out: seen.__setitem__("down", _output(out))),
-        _attention_block_hook(adapter, layer, lambda h: seen.__setitem__("block", h)),
+            lambda module, args, out: seen.__setitem__("ffn_output", _output(out))),
+        _attention_block_hook(adapter, layer, lambda stream: seen.__setitem__("after_attention", stream)),
     ]
     with _hooks(handles):
         output = call.run(layer, hidden)
-    return _Sums(attention=(hidden + seen["o"])[mask], ffn=(seen["block"] + seen["down"])[mask], output=output)
+    return _Sums(attention=(hidden + seen["attention_output"])[mask],
+                 ffn=(seen["after_attention"] + seen["ffn_output"])[mask], output=output)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -341,7 +344,7 @@ def _tune_attention(adapter: ArchitectureAdapter, config: Any, layer: nn.Module,
     bias = out_proj.bias.detach().double() if out_proj.bias is not None else 0.0
     problems = (LeastSquares(units), LeastSquares(units))  # fit, held out
 
-    for b, call in enumerate(calls):
+    for batch, batch_calls in enumerate(calls):
         seen: dict[str, torch.Tensor] = {}
 
         def stop(module: nn.Module, args: tuple) -> None:
@@ -349,17 +352,17 @@ def _tune_attention(adapter: ArchitectureAdapter, config: Any, layer: nn.Module,
             raise _Stop
 
         with _hooks([out_proj.register_forward_pre_hook(stop)]), contextlib.suppress(_Stop):
-            call[index].run(layer, inputs[b])
-        mask = masks[b]
+            batch_calls[index].run(layer, inputs[batch])
+        mask = masks[batch]
         context = seen["context"][mask].double().view(-1, units, width)  # (tokens, units, width)
         contributions = torch.einsum("tuw,huw->uth", context, per_unit)  # (units, tokens, hidden)
-        target = (targets[b].attention.double() - inputs[b][mask].double() - bias)
-        _accumulate(problems[0 if fit[b] else 1], contributions, target)
+        target = (targets[batch].attention.double() - inputs[batch][mask].double() - bias)
+        _accumulate(problems[0 if fit[batch] else 1], contributions, target)
     scales, report = _solve(problems, index, "attention", damping)
     if report.applied:
         with torch.no_grad():
-            cols = scales.to(out_proj.weight.dtype).repeat_interleave(width)
-            out_proj.weight.mul_(cols.to(out_proj.weight.device))
+            columns = scales.to(out_proj.weight.dtype).repeat_interleave(width)
+            out_proj.weight.mul_(columns.to(out_proj.weight.device))
     return report
 
 
@@ -374,7 +377,7 @@ def _tune_ffn(adapter: ArchitectureAdapter, layer: nn.Module, index: int, calls:
     products = weight.T @ weight  # W₂[:, i] · W₂[:, j]
     problems = (LeastSquares(neurons), LeastSquares(neurons))
 
-    for b, call in enumerate(calls):
+    for batch, batch_calls in enumerate(calls):
         seen: dict[str, torch.Tensor] = {}
 
         def stop(module: nn.Module, args: tuple) -> None:
@@ -382,13 +385,13 @@ def _tune_ffn(adapter: ArchitectureAdapter, layer: nn.Module, index: int, calls:
             raise _Stop
 
         handles = [down.register_forward_pre_hook(stop),
-                   _attention_block_hook(adapter, layer, lambda h: seen.__setitem__("residual", h))]
+                   _attention_block_hook(adapter, layer, lambda stream: seen.__setitem__("residual", stream))]
         with _hooks(handles), contextlib.suppress(_Stop):
-            call[index].run(layer, inputs[b])
-        mask = masks[b]
+            batch_calls[index].run(layer, inputs[batch])
+        mask = masks[batch]
         activations = seen["activations"][mask].float()  # (tokens, neurons)
-        target = targets[b].ffn.double() - seen["residual"][mask].double() - bias  # (tokens, hidden)
-        problem = problems[0 if fit[b] else 1]
+        target = targets[batch].ffn.double() - seen["residual"][mask].double() - bias  # (tokens, hidden)
+        problem = problems[0 if fit[batch] else 1]
         # the (neurons x neurons) product is most of the work: in float32 per batch (a few hundred tokens: its
         # rounding is far below the damping), summed in float64
         problem.gram += (activations.T @ activations).double() * products

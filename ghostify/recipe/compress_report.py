@@ -1,0 +1,240 @@
+"""``compress``'s report: ``report.json`` (what came out and how), ``report.md`` (the same for a reader) and
+``speedup.png`` (what each layer kept, and the measured speed-ups against the target)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..architectures import get_adapter
+from ..checkpoint import load_config, read_record
+from ..files import write_text_atomically
+from ..latency_model import Deployment
+from ..methods import layer_origin
+from ..methods.criteria import get as get_criterion
+from ..settings import Budget
+from ..steps.fidelity import UNIFORM, candidate_allocations
+from ..steps.info import report_size
+from .compress_settings import CompressSettings, final_model, shipped_model
+
+REPORT_MD = "report.md"
+REPORT_JSON = "report.json"
+PLOT = "speedup.png"
+
+
+def candidate_name(name: str) -> str:
+    """How the report names a candidate allocation (:func:`ghostify.steps.fidelity.candidate_allocations`): "latency
+    search by the Fisher information, rearranged within layers", "uniform width" (a name it does not know: as it
+    is)."""
+    candidate = candidate_allocations().get(name)
+    if name == UNIFORM or candidate is None:
+        return "uniform width" if name == UNIFORM else name
+    noun = get_criterion(candidate["criterion"]).noun
+    return f"latency search by {noun}" + (", rearranged within layers" if candidate["rearrange"] else "")
+
+
+def described(choice: dict[str, Any]) -> str:
+    """The allocation ``choice`` kept, in words."""
+    if choice["chosen"] == UNIFORM:
+        return f"uniform width {choice['settings']['width']}"
+    return f"the {candidate_name(choice['chosen'])}"
+
+
+def metrics(directory: Path) -> dict[str, Any]:
+    """The metrics an eval stage wrote (none where it did not run)."""
+    path = directory / "eval.json"
+    return json.loads(path.read_text()).get("metrics", {}) if path.is_file() else {}
+
+
+def report(settings: CompressSettings, stages: dict[str, Path], attempts: list[dict[str, Any]], final: dict[str, Any],
+           choice: dict[str, Any] | None) -> dict[str, Any]:
+    """``report.json``: what came out of a run (``stages``: its stages' directories by name) and how: each
+    allocation timed (``attempts``), the shipped model's timing (``final``) and the choice of allocation."""
+    teacher = stages.get("teacher") or Path(settings.teacher)
+    model = final_model(stages)
+    config = load_config(model)
+    record = read_record(config)
+    heads, neurons = [len(h) for h in record.heads], list(record.ffn)
+    adapter = get_adapter(config)  # a pruned config keeps the original sizes: the record lists what is kept
+    # the layers of the original model the compressed one keeps (all of them unless layers were dropped)
+    origin = layer_origin(record) or (list(range(len(heads))), len(heads))
+    deployment, budget, speedup = settings.deployment, settings.chosen, settings.speedup
+    teacher_size, size = report_size(teacher, deployment.seq_len), report_size(model, deployment.seq_len)
+    return {
+        "model": settings.model, "teacher": str(teacher), "task": settings.data.task,
+        "target_speedup": speedup, "deployment": dataclasses.asdict(deployment), "budget": settings.budget,
+        "budget_settings": dataclasses.asdict(budget), "tolerance": settings.tolerance,
+        "measured_speedup": final["measured"], "measured_range": [final["measured_low"], final["measured_high"]],
+        "within_tolerance": abs(final["measured"] / speedup - 1) <= settings.tolerance,
+        "latency_ms": {"dense": final["dense_ms"], "compressed": final["compressed_ms"]}, "clock": final["clock"],
+        "wall_ms": final["wall_ms"], "cpu_ms": final["cpu_ms"],
+        "allocations": attempts, "reallocated": len(attempts) > 1,
+        "teacher_metrics": metrics(stages["teacher-eval"]), "metrics": metrics(stages["final-eval"]),
+        "shipped_metrics": metrics(stages["shipped-eval"]) if "shipped-eval" in stages else None,
+        "params": {"teacher": teacher_size["params"], "compressed": size["params"]},
+        "flops": {"teacher": teacher_size["flops"], "compressed": size["flops"]},
+        "heads_per_layer": heads, "neurons_per_layer": neurons, "layers": origin[0], "layers_of": origin[1],
+        "heads_of": adapter.num_units(config), "neurons_of": adapter.ffn_size(config),
+        "model_dir": str(model), "shipped": str(shipped_model(stages, deployment)), "stages_dir": str(model.parent),
+        "retraining_free": not budget.trains, "choice": choice,
+    }
+
+
+def write_report(out: Path, report: dict[str, Any]) -> None:
+    """``report.json``, ``report.md`` and ``speedup.png`` in ``out``."""
+    write_text_atomically(out / REPORT_JSON, json.dumps(report, indent=2, default=str))
+    write_text_atomically(out / REPORT_MD, markdown(report))
+    plot(out / PLOT, report)
+
+
+def _metric_line(metrics: dict[str, Any] | None) -> str:
+    if not metrics:
+        return "-"
+    return ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def _kept(metrics: dict[str, Any] | None, teacher: dict[str, Any] | None) -> str:
+    """`` (98.6% of the teacher)`` for the first metric both have."""
+    common = [k for k in (metrics or {}) if k in (teacher or {}) and isinstance(teacher[k], (int, float)) and teacher[k]]
+    return f" ({100 * metrics[common[0]] / teacher[common[0]]:.1f}% of the teacher)" if common else ""
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """``report.md``: the target and what was measured, the metrics, each allocation, what each layer kept, the
+    budget."""
+    d = Deployment(**report["deployment"])
+    low, high = report["measured_range"]
+    lines = [
+        f"# ghostify compress: {report['model']}",
+        "",
+        f"Target **{report['target_speedup']:g}x** in {d.describe()}; measured **{report['measured_speedup']:.2f}x** "
+        f"(quartile range {low:.2f}-{high:.2f}x; dense {report['latency_ms']['dense']:.2f} ms, compressed "
+        f"{report['latency_ms']['compressed']:.2f} ms, medians of {report['allocations'][0]['rounds']} interleaved rounds, "
+        f"{report['clock']} time)"
+        + ("" if report["within_tolerance"] else f" — **misses the target by more than {report['tolerance']:.0%}**") + ".",
+        "",
+        "| | teacher | compressed |",
+        "|---|---|---|",
+        f"| validation | {_metric_line(report['teacher_metrics'])} | {_metric_line(report['metrics'])}"
+        f"{_kept(report['metrics'], report['teacher_metrics'])} |",
+    ]
+    if report.get("shipped_metrics") is not None:
+        lines.append(f"| shipped ({d.runtime}) | | {_metric_line(report['shipped_metrics'])}"
+                     f"{_kept(report['shipped_metrics'], report['teacher_metrics'])} |")
+    lines += [
+        f"| parameters | {report['params']['teacher']:,} | {report['params']['compressed']:,} |",
+        f"| FLOPs (seq {d.seq_len}) | {report['flops']['teacher']:,} | {report['flops']['compressed']:,} |",
+        "",
+        "Allocations (`prune --speedup`, then the dense and the pruned model timed side by side before any training):",
+        "",
+        "| attempt | allocation | allocated for | predicted | measured |",
+        "|---|---|---|---|---|",
+    ]
+    for i, a in enumerate(report["allocations"], 1):
+        kept = " (kept)" if a.get("kept") and len(report["allocations"]) > 1 else ""
+        lines.append(f"| {i}{kept} | {a.get('allocation', 'search')} | {a['allocated_for']:.2f}x | "
+                     f"{a['predicted']:.2f}x | {a['measured']:.2f}x |")
+    if any(a["allocated_for"] != report["target_speedup"] for a in report["allocations"]):
+        lines += ["", "The first allocation missed the target by more than the tolerance: re-allocated with the "
+                      "measured correction (allocated for target x predicted / measured; with new layers or channels "
+                      "where the old could not reach it, then corrected once by their own miss); the attempt "
+                      "measured closest to the target is the one trained and shipped."]
+    choice = report.get("choice")
+    if choice:
+        gaps = ", ".join(f"{candidate_name(name)} {gap:.4g}" for name, gap in choice["gaps"].items())
+        lines += ["", f"Which allocation: each candidate pruned to the same predicted latency, before any training or "
+                      f"tuning, and compared with the teacher on {choice['samples']} held-out training examples (the "
+                      f"task's distillation loss, no labels; lower is closer): {gaps}. Kept: "
+                      f"**{described(choice)}**."]
+    layers = report.get("layers") or list(range(len(report["heads_per_layer"])))
+    dropped = [i for i in range(report.get("layers_of", len(layers))) if i not in layers]
+    gone = f" (layer{'s' if len(dropped) > 1 else ''} {','.join(map(str, dropped))} dropped whole)" if dropped else ""
+    lines += ["", f"Kept per layer{gone}:", "", "| layer | heads | FFN neurons |", "|---|---|---|"]
+    for i, h, n in zip(layers, report["heads_per_layer"], report["neurons_per_layer"]):
+        lines.append(f"| {i} | {h} | {n} |")
+    b = Budget(**report["budget_settings"])
+    if not b.trains:
+        search = f"the allocation above ({described(choice)})" if choice else "the latency search"
+        budget_line = (f"Budget `{report['budget']}`: retraining-free (Kwon et al. 2022), no training stage: importance "
+                       f"(first-order and Fisher) on {b.importance_samples:,} training examples, {search}, and the kept "
+                       f"heads' and neurons' scales tuned by least squares on {b.tune_masks:,} unlabelled training "
+                       "examples where that brings each block, and the whole model, closer to the teacher.")
+    else:
+        tuned = f"; the pruned model tuned on {b.tune_masks:,} examples before training" if b.tune_masks else ""
+        budget_line = (f"Budget `{report['budget']}`: {b.describe()} of every training stage, importance on "
+                       f"{b.importance_samples:,} examples{tuned}; learning rates {b.teacher_learning_rate:g} (teacher), "
+                       f"{b.distill_learning_rate:g} (distill), {b.finetune_learning_rate:g} (fine-tune with the "
+                       f"teacher, weight {b.teacher_weight:g}).")
+    lines += ["", budget_line,
+              f"Model: `{report['model_dir']}`; shipped: `{report['shipped']}`; every stage: `{report['stages_dir']}`."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(path: Path, report: dict[str, Any]) -> None:
+    """``speedup.png``: what each layer keeps, as a share of the original heads and neurons (the counts on the
+    bars), and the measured speed-up of each check and of the shipped model against the target."""
+    import matplotlib  # a second's import, for the plot alone
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+    heads, neurons = report["heads_per_layer"], report["neurons_per_layer"]
+    layers = list(report.get("layers") or range(len(heads)))  # original indices: gaps where layers were dropped
+    every = list(range(report.get("layers_of") or len(heads)))
+    heads_of, neurons_of = report.get("heads_of") or max(heads), report.get("neurons_of") or max(neurons)
+    for offset, kept, of, color, what in ((-0.2, heads, heads_of, "tab:blue", "heads"),
+                                          (0.2, neurons, neurons_of, "tab:orange", "FFN neurons")):
+        bars = left.bar([i + offset for i in layers], [100 * k / of for k in kept], width=0.4, color=color,
+                        label=f"{what} (of {of:,})")
+        if len(every) <= 16:  # the counts on the bars, where they fit (report.md lists them all)
+            left.bar_label(bars, labels=[f"{k:,}" for k in kept], rotation=90, padding=2, fontsize=7)
+    for i in sorted(set(every) - set(layers)):
+        left.text(i, 2, "dropped", rotation=90, ha="center", va="bottom", fontsize=8, color="gray")
+    left.axhline(100, color="gray", linestyle=":", linewidth=1)
+    left.set_xticks(every)
+    left.set_xlim(-0.6, len(every) - 0.4)
+    left.set_ylim(0, 130)  # room for the counts above a full bar
+    left.set_yticks(range(0, 101, 25))
+    left.set_xlabel("layer")
+    left.set_ylabel("kept, % of the original")
+    left.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, fontsize=8, frameon=False)
+
+    attempts = report["allocations"]
+    labels = [f"check {i}\n(predicted {a['predicted']:.2f}x)" for i, a in enumerate(attempts, 1)] + ["shipped"]
+    measured = [a["measured"] for a in attempts] + [report["measured_speedup"]]
+    # the range of the wall-clock quartiles, where the speed-up is of wall-clock time (one thread: of CPU time)
+    ranges = [(a.get("measured_low"), a.get("measured_high")) if a.get("clock") == "wall" else (None, None)
+              for a in attempts]
+    ranges.append(tuple(report["measured_range"]) if report.get("clock") == "wall" and report.get("measured_range")
+                  else (None, None))
+    low = [m if lo is None else lo for m, (lo, _) in zip(measured, ranges)]
+    high = [m if hi is None else hi for m, (_, hi) in zip(measured, ranges)]
+    spread = [[max(0.0, m - lo) for m, lo in zip(measured, low)], [max(0.0, hi - m) for m, hi in zip(measured, high)]]
+    colors = ["tab:gray"] * len(attempts) + ["tab:green"]
+    bars = right.bar(labels, measured, color=colors, yerr=spread if any(map(any, spread)) else None, capsize=3,
+                     error_kw={"elinewidth": 1, "ecolor": "black"})
+    right.bar_label(bars, labels=[f"{m:.2f}x" for m in measured], label_type="center", fontsize=8, color="white")
+    target = right.axhline(report["target_speedup"], color="black", linestyle="--")
+    right.set_ylim(0, max([*high, report["target_speedup"]]) * 1.15)
+    clock = {"wall": "\n(wall clock; whiskers: quartiles)", "cpu": "\n(CPU time, one thread)"}.get(report.get("clock"), "")
+    right.set_ylabel(f"measured speed-up{clock}")
+    right.tick_params(axis="x", labelsize=8)
+    right.legend([target, bars[0], bars[-1]],
+                 [f"target {report['target_speedup']:g}x", "pruned model", "shipped model"],
+                 loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3, fontsize=8, frameon=False)
+    fig.suptitle(f"ghostify compress: {report['target_speedup']:g}x in {Deployment(**report['deployment']).describe()}",
+                 fontsize=10)
+    fig.tight_layout()
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".png", delete=False) as tmp:
+        fig.savefig(tmp.name, dpi=110)
+    plt.close(fig)
+    os.replace(tmp.name, path)
+
+
+__all__ = ["PLOT", "REPORT_JSON", "REPORT_MD", "described", "markdown", "candidate_name", "metrics", "plot", "report",
+           "write_report"]
