@@ -389,7 +389,12 @@ BUDGETS = {
     "none": Budget(max_samples=None, epochs=0, importance_samples=2048, tune_masks=2048),
     "quick": Budget(max_samples=2000, epochs=1, importance_samples=512, tune_masks=2048),
     "standard": Budget(max_samples=8000, epochs=2, importance_samples=1024, tune_masks=2048),
+    #: every example of the task, several epochs: a budget for a GPU
+    "full": Budget(max_samples=None, epochs=3, importance_samples=2048, tune_masks=2048),
 }
+#: what a budget stated in time (``--budget 20m``) or read from an earlier run's ``budget.json`` trains with,
+#: besides the counts it plans: the standard budget's rates and scoring
+TIMED = BUDGETS["standard"]
 
 
 @dataclass(frozen=True)
@@ -408,6 +413,8 @@ class CompressDefaults:
     tolerance: float = 0.05
     #: held-out training examples the searched and the uniform allocation are compared on with the teacher
     compare_samples: int = 512
+    #: "auto": bfloat16 where this machine does it in hardware (``ghostify.device.fast_bf16``), else float32
+    mixed_precision: str = "auto"
     rounds: int = BenchDefaults.rounds
     seed: int = DEFAULT_SEED
 

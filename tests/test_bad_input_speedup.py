@@ -186,7 +186,7 @@ def _fake_stages(monkeypatch) -> list[float]:
 
     allocations: list[float] = []
 
-    def allocate(recipe, run_dir, deployment, rounds, say, dense_exports=None, allocated=None):
+    def allocate(recipe, run_dir, deployment, rounds, say, dense_exports=None, allocated=None, k=1):
         speedup = next(s for s in recipe.stages if s.name == "prune").settings["speedup"]
         allocations.append(speedup)
         return {"allocated_for": speedup, "predicted": 2.0, "measured": 1.98, "rounds": rounds}

@@ -89,7 +89,7 @@ def test_a_missed_speedup_is_reallocated_once_with_the_measured_correction(world
     """Measured 1.5x where 2.0x was predicted: the second allocation asks for 2 x 2.0 / 1.5."""
     allocations = []
 
-    def fake_measure(recipe, run_dir, deployment, rounds, say, dense_exports=None, allocated=None):
+    def fake_measure(recipe, run_dir, deployment, rounds, say, dense_exports=None, allocated=None, k=1):
         speedup = recipe.stages[[s.name for s in recipe.stages].index("prune")].settings["speedup"]
         allocations.append(speedup)
         measured = 1.5 if len(allocations) == 1 else 2.02
@@ -126,7 +126,7 @@ STRUCTURES = {"0,1": (0.75, 2.5), "1": (1.1, 4.0)}
 
 
 def _fake_structural_measure(allocations: list, reach: dict | None = None) -> Any:
-    def fake_measure(recipe, run_dir, deployment, rounds, say, dense_exports=None, allocated=None):
+    def fake_measure(recipe, run_dir, deployment, rounds, say, dense_exports=None, allocated=None, k=1):
         layers = next(s.settings["layers"] for s in recipe.stages if s.name == "drop-layers")
         ratio, most = (reach or STRUCTURES)[layers]
         if allocated > most:
@@ -150,7 +150,7 @@ def test_a_miss_with_whole_layers_replans_them_only_when_the_same_layers_cannot_
     reach = {"same-layers": {"0,1": (0.75, 3.0), "1": (1.1, 4.0)}, "replanned": STRUCTURES,
              "replan-fails": STRUCTURES}[case]
 
-    def structure(recipe, run_dir, speedup, layers, hidden, say):
+    def structure(recipe, run_dir, speedup, layers, hidden, say, k=1):
         planned_for.append(speedup)
         if len(planned_for) == 2 and case == "replan-fails":
             raise GhostifyError("a predicted 0.5 ms is out of reach")

@@ -48,7 +48,7 @@ def test_a_small_task_is_read_whole_for_as_many_epochs_as_fit():
 
 
 def test_too_little_time_for_a_stage_is_one_line():
-    with pytest.raises(GhostifyError, match="too little for distill 1, finetune"):
+    with pytest.raises(GhostifyError, match="s for distill 1: too little to take 8 steps"):
         plan_training(5, texts=67000, labelled=67000, throughput=RATES, stages=1)
     with pytest.raises(GhostifyError, match="larger --budget"):
         plan_training(-3, texts=10, labelled=10, throughput=RATES, stages=1)

@@ -21,30 +21,34 @@ record ``allocation.json`` (``compress_record``), the clock (``compress_timing``
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..checkpoint import load_config
-from ..data import load_split
+from ..data import load_split, load_unlabelled
 from ..errors import GhostifyError
-from ..files import check_disjoint, output_lock
+from ..files import check_disjoint, output_lock, write_text_atomically
 from ..flatten import flat_settings
 from ..latency_model import RUNTIMES, Deployment
 from ..settings import BUDGETS, Budget, CompressDefaults, DataSettings, TaskSettings
 from ..steps import latency as measure_latency
 from ..steps.fidelity import SEARCH, UNIFORM, candidate_settings, choose_allocation
 from ..steps.latency_plan import check_reach, plan_structure, predicted_speedup
+from ..steps.throughput import training_throughput
 from ..steps.training_common import task_kind
 from ..tasks import dataset_for
 from . import compress_record
 from .compress_record import ALLOCATION
-from .compress_report import PLOT, REPORT_JSON, REPORT_MD, described, markdown
+from .compress_report import PLOT, REPORT_JSON, REPORT_MD, described, markdown, training_summary
 from .compress_report import report as _report
 from .compress_report import write_report as _write_report
-from .compress_settings import (RESCORED, CompressSettings, Structure, closest, compress_recipe, data_mapping,
+from .compress_settings import (RESCORED, TEACHER_STORE, CompressSettings, Step, Structure, closest, compress_recipe,
+                                data_mapping, stage_name,
                                 dense_model, prefix, shipped_model)
 from .compress_timing import DenseExports
 from .compress_timing import measure as _measure
@@ -52,9 +56,12 @@ from .plan import plan
 from .run import check_outputs
 from .run import run as run_recipe
 from .schema import Recipe
+from .time_budget import FINETUNE_SHARE, StageCounts, Throughput, check_counts, distill_counts, finetune_counts
 
 #: the recipe's run directory inside OUT
 STAGES = "stages"
+#: the counts a run with a time budget chose, which ``--budget OUT/budget.json`` trains with again
+BUDGET_FILE = "budget.json"
 
 
 @flat_settings
@@ -73,6 +80,9 @@ def compress(
     budget: str = CompressDefaults.budget,
     epochs: int | None = None,
     importance_samples: int | None = None,
+    stages: int | None = None,
+    unlabelled: str | os.PathLike | None = None,
+    mixed_precision: str = CompressDefaults.mixed_precision,
     tolerance: float = CompressDefaults.tolerance,
     rounds: int = CompressDefaults.rounds,
     seed: int = CompressDefaults.seed,
@@ -82,6 +92,9 @@ def compress(
     to a predicted ``speedup`` in ``deployment``, check it measured, train it (unless the budget is ``none``),
     and write the report. ``drop_layers``: the allocation may also remove whole layers, ``prune_hidden``: residual
     channels (:func:`_structure`; None: where the model's interface keeps its shape and the budget trains).
+    ``budget``: a name (``quick``, ``standard``, ``full``, ``none``), a time for the whole run (``20m``: the stages
+    sized by the throughput measured here) or an earlier run's ``budget.json``; ``stages``: how many times it prunes
+    and distils on the way (None: by the target); ``unlabelled``: more text to distil on.
     Re-running with the same ``output`` skips the stages already done.
 
     Example:
@@ -90,8 +103,9 @@ def compress(
     settings = CompressSettings(model=str(model), speedup=speedup, deployment=deployment, data=data,
                                 task_settings=task_settings, teacher=None if teacher is None else str(teacher),
                                 ghosts=ghosts, drop_layers=drop_layers, prune_hidden=prune_hidden, budget=budget,
-                                epochs=epochs, importance_samples=importance_samples, tolerance=tolerance,
-                                rounds=rounds, seed=seed)
+                                epochs=epochs, importance_samples=importance_samples, stages=stages,
+                                unlabelled=None if unlabelled is None else str(unlabelled),
+                                mixed_precision=mixed_precision, tolerance=tolerance, rounds=rounds, seed=seed)
     out = Path(output).expanduser()
     if out.exists() and not out.is_dir():
         raise GhostifyError(f"output {out} exists and is a file; choose another -o")
@@ -100,43 +114,213 @@ def compress(
     _check_reachable(settings, say)  # before any stage runs or OUT is written
     if fine_tunes_teacher:
         say(f"{settings.model} has no trained head for task {settings.data.task}: a teacher is fine-tuned first")
-    run_dir = out / STAGES
-    recipe = settings.recipe(settings.speedup)
-    check_outputs(recipe, run_dir, plan(recipe, run_dir))
+    run = _Run(settings, out, say)
+    check_outputs(run.recipe(run.undecided()), run.run_dir, plan(run.recipe(run.undecided()), run.run_dir))
     # one run at a time on OUT: a second run would interleave with this one (each removing the other's
     # half-written stages); it is refused in one line instead
     with output_lock(out):
-        dense_exports = DenseExports()
         try:
-            saved = compress_record.read(out, settings.record())
-            if saved is not None:
-                structure = Structure(saved.keep_layers, saved.hidden_width)
-                allocated, choice = saved.allocated_for, saved.choice
-                allocation = None if saved.prune is None else saved.prune.model_dump(exclude_unset=True)
-                attempts = [a.model_dump(exclude_unset=True) for a in saved.attempts]
-                say(f"the allocation of the earlier run ({allocated:.2f}x predicted, measured "
-                    f"{saved.kept().measured:.2f}x) is kept: {out / ALLOCATION}")
-            else:
-                structure, allocated, allocation, attempts, choice = _allocate(settings, recipe, run_dir, dense_exports,
-                                                                              say)
-                out.mkdir(parents=True, exist_ok=True)  # the stages made it; a caller's own runner may not have
-                compress_record.write(out, {"settings": settings.record(), "allocated_for": allocated,
-                                            "keep_layers": structure.keep_layers,
-                                            "hidden_width": structure.hidden_width, "attempts": attempts,
-                                            "choice": choice, "prune": allocation})
-            recipe = settings.recipe(allocated, structure, allocation)
-            run_recipe(recipe, run_dir, on_stage=_on_stage(say))
-            stages = {p.stage.name: p.directory for p in plan(recipe, run_dir)}
-            final = _measure(dense_model(stages, settings.model), shipped_model(stages, settings.deployment),
-                             settings.deployment, settings.rounds,
-                             shipped_is_export=settings.deployment.runtime != "pytorch", dense_exports=dense_exports)
+            report = run.execute(fine_tunes_teacher)
         finally:
-            dense_exports.close()
-        report = _report(settings, stages, attempts, final, choice)
-        _write_report(out, report)
-        say(f"measured {final['measured']:.2f}x (target {settings.speedup:g}x) in {settings.deployment.describe()}; "
-            f"wrote {out / REPORT_MD}")
+            run.dense_exports.close()
+    return report
+
+
+class _Run:
+    """One compress run: its settings, directories and what it decided so far; :meth:`execute` runs it."""
+
+    def __init__(self, settings: CompressSettings, out: Path, say: _Said) -> None:
+        self.settings, self.out, self.say = settings, out, say
+        self.run_dir = out / STAGES
+        self.embeddings = task_kind(settings.data, settings.task_settings).name == "embeddings"
+        # every training stage reads the teacher's outputs from one store (a budget that trains)
+        self.store = str(self.run_dir / TEACHER_STORE) if settings.chosen.trains else None
+        self.dense_exports = DenseExports()
+        self.clock = _Clock(settings.seconds)
+
+    @property
+    def count(self) -> int:
+        return self.settings.step_count
+
+    def undecided(self, decided: list[Step] | None = None) -> list[Step]:
+        """``decided`` and the stages after them, at their targets, not yet allocated."""
+        decided = decided or []
+        return [*decided, *(Step(t) for t in self.settings.targets[len(decided):])]
+
+    def recipe(self, steps: list[Step], *, finetune: StageCounts | None = None) -> Recipe:
+        return self.settings.recipe(steps, finetune=finetune, embeddings=self.embeddings, store=self.store)
+
+    def execute(self, fine_tunes_teacher: bool) -> dict[str, Any]:
+        """Allocate and train each compression stage in turn, then fine-tune, export, measure and report."""
+        settings = self.settings
+        if fine_tunes_teacher:  # a time budget counts from when the teacher exists
+            run_recipe(prefix(self.recipe(self.undecided()), "teacher"), self.run_dir, on_stage=_on_stage(self.say))
+        self.clock.begin()
+        decided: list[Step] = []
+        records: list[dict[str, Any]] = []
+        finetune: StageCounts | None = None
+        for k in range(1, self.count + 1):
+            step, record = self.decide(k, decided)
+            decided.append(step)
+            records.append(record)
+            if record.get("finetune") is not None:
+                finetune = StageCounts(**record["finetune"])
+            if k < self.count and settings.chosen.trains:  # train this stage: the next one scores what it learned
+                run_recipe(prefix(self.recipe(self.undecided(decided)), stage_name("distill", k)), self.run_dir,
+                           on_stage=_on_stage(self.say))
+        recipe = self.recipe(decided, finetune=finetune)
+        run_recipe(recipe, self.run_dir, on_stage=_on_stage(self.say))
+        stages = {p.stage.name: p.directory for p in plan(recipe, self.run_dir)}
+        final = _measure(dense_model(stages, settings.model), shipped_model(stages, settings.deployment),
+                         settings.deployment, settings.rounds,
+                         shipped_is_export=settings.deployment.runtime != "pytorch", dense_exports=self.dense_exports)
+        last = records[-1]
+        report = _report(settings, stages, last["attempts"], final, last.get("choice"))
+        report["compression_stages"] = [{"step": k, "target": r["target"], "allocated_for": r["allocated_for"],
+                                         "structure": [r.get("keep_layers"), r.get("hidden_width")],
+                                         "measured": next((a["measured"] for a in r["attempts"] if a.get("kept")),
+                                                          r["attempts"][-1]["measured"]),
+                                         "counts": r.get("counts")} for k, r in enumerate(records, 1)]
+        report["training"] = training_summary(self.recipe(decided, finetune=finetune), self.run_dir)
+        report["precision"] = settings.precision
+        report["time"] = self.clock.summary(self.run_dir)
+        if settings.chosen.trains and self.clock.seconds is not None:
+            plan_counts = {"distill": [r.get("counts") for r in records], "finetune": records[-1].get("finetune"),
+                           "seconds": self.clock.planned}
+            write_text_atomically(self.out / BUDGET_FILE, json.dumps(plan_counts, indent=2))
+            report["budget_file"] = str(self.out / BUDGET_FILE)
+        _write_report(self.out, report)
+        self.say(f"measured {final['measured']:.2f}x (target {settings.speedup:g}x) in "
+                 f"{settings.deployment.describe()}; wrote {self.out / REPORT_MD}")
         return report
+
+    def decide(self, k: int, decided: list[Step]) -> tuple[Step, dict[str, Any]]:
+        """Compression stage ``k``'s allocation (kept from an earlier run with the same settings, else chosen and
+        timed now) and the counts its training takes; and the record of both (``allocation.json``)."""
+        settings = self.settings
+        key = settings.record() if self.count == 1 else \
+            {**settings.record(), "step": k, "before": [s.to_json() for s in decided]}
+        name = ALLOCATION if self.count == 1 else f"allocation-{k}.json"
+        saved = compress_record.read(self.out, key, name=name)
+        if saved is not None:
+            record = saved.model_dump(exclude_unset=True)
+            self.say(f"the allocation of stage {k} of the earlier run ({saved.allocated_for:.2f}x predicted, measured "
+                     f"{saved.kept().measured:.2f}x) is kept: {self.out / name}" if self.count > 1 else
+                     f"the allocation of the earlier run ({saved.allocated_for:.2f}x predicted, measured "
+                     f"{saved.kept().measured:.2f}x) is kept: {self.out / name}")
+        else:
+            started = time.monotonic()
+            structure, allocated, allocation, attempts, choice = _allocate(self, k, decided)
+            record = {"settings": key, "allocated_for": allocated, "keep_layers": structure.keep_layers,
+                      "hidden_width": structure.hidden_width, "attempts": attempts, "choice": choice,
+                      "prune": allocation, "target": settings.targets[k - 1]}
+            step = Step(allocated, structure, allocation)
+            record |= self.counts(k, [*decided, step])
+            self.clock.overheads.append(time.monotonic() - started)
+            self.out.mkdir(parents=True, exist_ok=True)  # the stages made it; a caller's own runner may not have
+            compress_record.write(self.out, record, name=name)
+        record.setdefault("target", settings.targets[k - 1])
+        counts = record.get("counts")
+        step = Step(record["allocated_for"], Structure(record.get("keep_layers"), record.get("hidden_width")),
+                    record.get("prune"), None if counts is None else StageCounts(**counts))
+        return step, record
+
+    def counts(self, k: int, steps: list[Step]) -> dict[str, Any]:
+        """The examples and epochs stage ``k``'s distillation (and, at the last stage, the fine-tune) trains on:
+        an earlier run's ``budget.json``'s, or, for a time budget, what fills the time left at the throughput of
+        this stage's pruned model measured now; none for a named budget (its own counts)."""
+        settings = self.settings
+        last = k == self.count
+        if not settings.chosen.trains:
+            return {}
+        if settings.plan is not None:
+            plan_counts = settings.plan
+            return {"counts": dataclasses.asdict(plan_counts.distill[k - 1]),
+                    "finetune": dataclasses.asdict(plan_counts.finetune) if last else None}
+        if settings.seconds is None:
+            return {}
+        recipe = self.recipe(self.undecided(steps))
+        stages = {p.stage.name: p.directory for p in plan(recipe, self.run_dir)}
+        pruned = stages[stage_name("prune", k)]
+        run_recipe(prefix(recipe, stage_name("prune", k)), self.run_dir, on_stage=_on_stage(self.say))
+        teacher = stages.get("teacher") or Path(str(settings.teacher))
+        rates = training_throughput(pruned, teacher, settings.data, settings.task_settings,
+                                    precision=settings.precision, seed=settings.seed)
+        return self.clock.plan_stage(k, self.count, rates, self.sizes(), last=last, finetunes=not self.embeddings,
+                                     say=self.say)
+
+    def sizes(self) -> dict[str, int]:
+        """The texts distillation may read (the training split's, and ``--unlabelled``'s), the labelled examples,
+        and the validation examples."""
+        if not hasattr(self, "_sizes"):
+            kind = task_kind(self.settings.data, self.settings.task_settings)
+            dataset = dataset_for(kind.preset, self.settings.data.dataset)
+            train = load_split(dataset, kind.preset, "train", require_labels=False)
+            validation = load_split(dataset, kind.preset, kind.preset.validation_split,
+                                    validation_file=self.settings.data.validation_file, require_labels=False)
+            extra = len(load_unlabelled(self.settings.unlabelled, kind.with_data(train)).rows) \
+                if self.settings.unlabelled else 0
+            self._sizes = {"texts": len(train.rows) + extra, "labelled": len(train.rows),
+                           "validation": len(validation.rows)}
+        return self._sizes
+
+
+class _Clock:
+    """A budget stated in time: when the run started, what the compression stages' allocations took, and the plan
+    of each training stage made as the run goes (re-planned at every stage from the time left)."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.start: float | None = None
+        self.overheads: list[float] = []  # the seconds each stage's scoring, allocation, timing and tuning took
+        self.planned: dict[str, float] = {}
+        self.finetune_reserve: float | None = None
+        self.seen = 0  # texts the teacher has read in the stages planned so far
+
+    def begin(self) -> None:
+        self.start = time.monotonic()
+
+    def elapsed(self) -> float:
+        return 0.0 if self.start is None else time.monotonic() - self.start
+
+    def plan_stage(self, k: int, count: int, rates: Throughput, sizes: dict[str, int], *, last: bool,
+                   finetunes: bool, say: Callable[[str], None]) -> dict[str, Any]:
+        """The counts of stage ``k`` of ``count`` (and of the fine-tune, at the last), from the time left."""
+        assert self.seconds is not None
+        overhead = max(self.overheads) if self.overheads else 0.0
+        # what is still to come besides training: the later stages' scoring and allocation, the two evaluations
+        # of the final model and the export and timing at the end (as long as one allocation's timing took)
+        ending = 2 * rates.evaluate * sizes["validation"] + overhead / 2
+        left = self.seconds - self.elapsed() - overhead * (count - k) - ending
+        if self.finetune_reserve is None:
+            self.finetune_reserve = FINETUNE_SHARE * left if finetunes else 0.0
+        distill_seconds = (left - self.finetune_reserve) / (count - k + 1)
+        counts, cost, self.seen = distill_counts(distill_seconds, sizes["texts"], self.seen, rates)
+        self.planned[f"distill {k}"] = cost
+        result: dict[str, Any] = {"counts": dataclasses.asdict(counts), "throughput": dataclasses.asdict(rates)}
+        check_counts(f"distill {k}", counts, sizes["texts"], distill_seconds)
+        if last and finetunes:
+            finetune, cost = finetune_counts(left - cost, sizes["labelled"], rates)
+            check_counts("the fine-tune", finetune, sizes["labelled"], left - cost)
+            self.planned["finetune"] = cost
+            result["finetune"] = dataclasses.asdict(finetune)
+        described = f"{counts.max_samples or sizes['texts']:,} texts x {counts.epochs}"
+        say(f"stage {k} of {count}: {self.elapsed():.0f} s spent of {self.seconds:.0f} s; distillation on {described} "
+            f"epoch(s), about {self.planned[f'distill {k}']:.0f} s at {1 / (rates.distill + rates.teacher):.1f} new "
+            f"texts/s" + (f"; the fine-tune on {result['finetune']['max_samples'] or sizes['labelled']:,} examples x "
+                          f"{result['finetune']['epochs']}" if "finetune" in result else ""))
+        return result
+
+    def summary(self, run_dir: Path) -> dict[str, Any]:
+        """What the run spent, and on what (the recipe runner's wall time of each stage)."""
+        stages: dict[str, float] = {}
+        report = run_dir / "report.json"
+        if report.is_file():
+            for row in json.loads(report.read_text()).get("stages", []):
+                if row.get("wall_time") is not None:  # a stage an earlier call ran: its own time, as recorded
+                    stages[row["stage"]] = row["wall_time"]
+        return {"budget_seconds": self.seconds, "seconds": self.elapsed(), "planned": self.planned,
+                "stages": stages}
 
 
 def _resolved(settings: CompressSettings, out: Path, say: Callable[[str], None]) -> tuple[CompressSettings, bool]:
@@ -165,13 +349,15 @@ def _needs_teacher(settings: CompressSettings) -> bool:
 
 
 def _check_data(data: DataSettings, task_settings: TaskSettings) -> None:
-    """Read a few rows of both splits now: a missing dataset, column or label is one line before anything runs."""
+    """Read a few rows of both splits now: a missing dataset, column or label is one line before anything runs
+    (the embeddings task reads no labels: its last distillation is the result)."""
     kind = task_kind(data, task_settings)
-    if kind.can_finetune():
+    if kind.can_finetune() and kind.needs_labels:
         raise GhostifyError(kind.can_finetune())
     dataset = dataset_for(kind.preset, data.dataset)
     for split in ("train", kind.preset.validation_split):
-        load_split(dataset, kind.preset, split, max_samples=8, validation_file=data.validation_file)
+        load_split(dataset, kind.preset, split, max_samples=8, validation_file=data.validation_file,
+                   require_labels=kind.needs_labels)
 
 
 def _hidden_axis(settings: CompressSettings, say: Callable[[str], None]) -> bool:
@@ -200,37 +386,40 @@ def _check_reachable(settings: CompressSettings, say: Callable[[str], None]) -> 
     check_reach(settings.model, costs, settings.speedup, layers=settings.layers_axis, hidden=bool(settings.prune_hidden))
 
 
-def _allocate(settings: CompressSettings, recipe: Recipe, run_dir: Path, dense_exports: DenseExports,
-              say: Callable[[str], None]) -> tuple[Structure, float, dict[str, Any], list[dict[str, Any]],
-                                                   dict[str, Any] | None]:
-    """Choose the allocation and time it (re-allocating where it misses the target): the structure, the speed-up
-    and the prune settings of the attempt measured closest to the target, every attempt, and the choice."""
-    structural = settings.layers_axis or bool(settings.prune_hidden)
+def _allocate(run: _Run, k: int, decided: list[Step]) -> tuple[Structure, float, dict[str, Any],
+                                                        list[dict[str, Any]], dict[str, Any] | None]:
+    """Choose compression stage ``k``'s allocation (after the ``decided`` stages) and time it (re-allocating where
+    it misses the stage's target): the structure, the speed-up and the prune settings of the attempt measured
+    closest to the target, every attempt, and the choice."""
+    settings, say, run_dir = run.settings, run.say, run.run_dir
+    target = settings.targets[k - 1]
+    layers, hidden = settings.layers_axis, bool(settings.prune_hidden)
+
+    def recipe(step: Step, *, tune: bool = True) -> Recipe:
+        return run.recipe(run.undecided([*decided, dataclasses.replace(step, tune=tune)]))
+
     structure = Structure()
-    if structural:
-        structure = Structure(*_structure(recipe, run_dir, settings.speedup, settings.layers_axis,
-                                          bool(settings.prune_hidden), say))
+    if layers or hidden:
+        structure = _structure(recipe(Step(target)), run_dir, target, layers, hidden, say, k)
     # the candidates are compared, and the allocations timed, untuned: mask tuning changes weights, not the speed,
     # so it runs once, on the allocation kept (the recipe built with ``tune`` is the one switch)
-    choice = _choose(settings.recipe(settings.speedup, structure, tune=False), run_dir, settings.speedup, settings.seed,
-                     say)
+    choice = _choose(recipe(Step(target, structure), tune=False), run_dir, target, settings.seed, say, k)
 
-    def attempt(target: float, replan: bool) -> dict[str, Any]:
-        """Allocate for a predicted ``target`` (``replan``: the layers and channels too) and time it."""
+    def attempt(goal: float, replan: bool) -> dict[str, Any]:
+        """Allocate for a predicted ``goal`` (``replan``: the layers and channels too) and time it."""
         nonlocal structure
         if replan:
-            structure = Structure(*_structure(recipe, run_dir, target, settings.layers_axis,
-                                              bool(settings.prune_hidden), say))
-            run_recipe(prefix(settings.recipe(target, structure), "prune", before=True), run_dir,
+            structure = _structure(recipe(Step(goal)), run_dir, goal, layers, hidden, say, k)
+            run_recipe(prefix(recipe(Step(goal, structure)), stage_name("prune", k), before=True), run_dir,
                        on_stage=_on_stage(say))
-        allocation = _allocation(settings.recipe(target, structure, tune=False), run_dir, choice, target)
-        measured = _allocate_and_measure(settings.recipe(target, structure, allocation, tune=False), run_dir,
-                                         settings.deployment, settings.rounds, say, dense_exports, target)
+        allocation = _allocation(recipe(Step(goal, structure), tune=False), run_dir, choice, goal, k)
+        measured = _allocate_and_measure(recipe(Step(goal, structure, allocation), tune=False), run_dir,
+                                         settings.deployment, settings.rounds, say, run.dense_exports, goal, k)
         return {**measured, "structure": list(structure), "prune": allocation}
 
-    attempts = [attempt(settings.speedup, replan=False)]
-    attempts += _corrections(attempts[0], settings.speedup, settings.tolerance, attempt, structural=structural, say=say)
-    kept = closest(attempts, settings.speedup)
+    attempts = [attempt(target, replan=False)]
+    attempts += _corrections(attempts[0], target, settings.tolerance, attempt, structural=layers or hidden, say=say)
+    kept = closest(attempts, target)
     for a in attempts:
         a["kept"] = a is kept
     return Structure(*kept["structure"]), kept["allocated_for"], kept["prune"], attempts, choice
@@ -280,31 +469,33 @@ class _NoAllocation(GhostifyError):
     """The chosen kind of allocation has none for a corrected target (no uniform width reaches it)."""
 
 
-def _allocation(recipe: Recipe, run_dir: Path, choice: dict[str, Any] | None, allocated: float) -> dict[str, Any]:
-    """The prune stage's settings for the allocation ``choice`` picked (:func:`_choose`), for a predicted
-    ``allocated`` speed-up: the latency search by its criterion, or the uniform width for that target."""
+def _allocation(recipe: Recipe, run_dir: Path, choice: dict[str, Any] | None, allocated: float,
+                k: int = 1) -> dict[str, Any]:
+    """Compression stage ``k``'s prune settings for the allocation ``choice`` picked (:func:`_choose`), for a
+    predicted ``allocated`` speed-up: the latency search by its criterion, or the uniform width for that target."""
     name = (choice or {}).get("chosen", SEARCH)
     stages = {p.stage.name: p for p in plan(recipe, run_dir)}
-    settings = candidate_settings(name, stages["prune"].arguments["model"], stages["latency"].directory, allocated)
+    prune = stage_name("prune", k)
+    settings = candidate_settings(name, stages[prune].arguments["model"], stages["latency"].directory, allocated)
     if settings is None:
         raise _NoAllocation(f"no uniform width keeps a head in every layer within a predicted {allocated:.2f}x")
     if "latency" in settings:
         settings["latency"] = "${latency}"  # the run's own stage, as the recipe names it
-    importance = recipe.stages[[s.name for s in recipe.stages].index("prune")].settings.get("importance")
+    importance = recipe.stages[[s.name for s in recipe.stages].index(prune)].settings.get("importance")
     if importance is not None:  # the scores of the model before its channels went (compress_recipe)
         settings["importance"] = importance
     return settings
 
 
-def _choose(recipe: Recipe, run_dir: Path, speedup: float, seed: int,
-            say: Callable[[str], None]) -> dict[str, Any] | None:
+def _choose(recipe: Recipe, run_dir: Path, speedup: float, seed: int, say: Callable[[str], None],
+            k: int = 1) -> dict[str, Any] | None:
     """Which allocation starts closest to the teacher, before any training or tuning (``recipe``: the untuned one;
     :func:`ghostify.steps.fidelity.choose_allocation`): the latency search by each loss criterion (and rearranged),
     or uniform width of the same predicted latency. Compress never starts from a model further from its teacher
     than uniform pruning would give."""
-    run_recipe(prefix(recipe, "prune", before=True), run_dir, on_stage=_on_stage(say))
+    run_recipe(prefix(recipe, stage_name("prune", k), before=True), run_dir, on_stage=_on_stage(say))
     stages = {p.stage.name: p for p in plan(recipe, run_dir)}
-    pruned = stages["prune"]
+    pruned = stages[stage_name("prune", k)]
     teacher = stages["teacher"].directory if "teacher" in stages else Path(recipe.header.teacher)
     settings = {k: v for k, v in pruned.arguments.items()  # its own settings, the scores it reads among them
                 if k not in ("model", "speedup", "latency", "output", "criterion", "rearrange", "width")}
@@ -343,22 +534,22 @@ def _on_stage(say: Callable[[str], None]) -> Callable[[Any, str], None]:
 
 
 def _structure(recipe: Recipe, run_dir: Path, speedup: float, layers: bool, hidden: bool,
-               say: Callable[[str], None]) -> Structure:
+               say: Callable[[str], None], k: int = 1) -> Structure:
     """Run the stages up to the importance scores, then allocate ``speedup`` with whole ``layers`` and residual
     channels (``hidden``) as candidates too (:func:`ghostify.steps.latency_plan.plan_structure`, by the
     importance stage's layer and channel scores): the layers to keep when the plan removes any (else None), and
     the hidden width to keep when it cuts channels (else None)."""
-    run_recipe(prefix(recipe, "importance"), run_dir, on_stage=_on_stage(say))
+    scores = stage_name("importance", k)
+    run_recipe(prefix(recipe, scores), run_dir, on_stage=_on_stage(say))
     stages = {p.stage.name: p.directory for p in plan(recipe, run_dir)}
-    planned = plan_structure(stages["importance"], stages["importance"], stages["latency"], speedup, layers=layers,
-                             hidden=hidden)
+    planned = plan_structure(stages[scores], stages[scores], stages["latency"], speedup, layers=layers, hidden=hidden)
     if planned is None:
         return Structure()
     keep = planned.layers if planned.dropped else None
     if keep is not None:
         say(f"removing whole layers {','.join(map(str, planned.dropped))} costs less importance per ms saved than their "
             f"heads and neurons: drop-layers keeps {','.join(map(str, planned.layers))}, prune allocates the rest")
-    of = load_config(stages["importance"]).hidden_size if planned.hidden is not None else None
+    of = load_config(stages[scores]).hidden_size if planned.hidden is not None else None
     width = f"{planned.hidden}/{of}" if planned.hidden is not None and planned.hidden < of else None
     if width is not None:
         say(f"residual channels cost less importance per ms saved than the last heads and neurons: prune-hidden keeps "
@@ -368,19 +559,21 @@ def _structure(recipe: Recipe, run_dir: Path, speedup: float, layers: bool, hidd
 
 def _allocate_and_measure(recipe: Recipe, run_dir: Path, deployment: Deployment, rounds: int,
                           say: Callable[[str], None], dense_exports: DenseExports | None,
-                          allocated: float) -> dict[str, Any]:
-    """Run the stages up to the pruned (and ghosted) model, then time it against the teacher; ``allocated``:
-    the speed-up the allocation aimed at."""
+                          allocated: float, k: int = 1) -> dict[str, Any]:
+    """Run the stages up to compression stage ``k``'s pruned (and, at the last, ghosted) model, then time it against
+    the teacher; ``allocated``: the speed-up the allocation aimed at."""
     names = [s.name for s in recipe.stages]
-    last = "attach-ghost" if "attach-ghost" in names else "prune"
+    prune = stage_name("prune", k)
+    ghosted = "attach-ghost" in names and names.index("attach-ghost") == names.index(prune) + 1
+    last = "attach-ghost" if ghosted else prune
     run_recipe(prefix(recipe, last), run_dir, on_stage=_on_stage(say))
     stages = {p.stage.name: p.directory for p in plan(recipe, run_dir)}
     result = _measure(dense_model(stages, recipe.header.model), stages[last], deployment, rounds,
                       dense_exports=dense_exports)
-    result["predicted"] = predicted_speedup(stages["prune"], stages["latency"])  # at the channels it keeps
+    result["predicted"] = predicted_speedup(stages[prune], stages["latency"])  # at the channels it keeps
     result["allocated_for"] = allocated
-    prune = recipe.stages[names.index("prune")].settings
-    result["allocation"] = UNIFORM if "width" in prune else str(prune.get("criterion", SEARCH))
+    chosen = recipe.stages[names.index(prune)].settings
+    result["allocation"] = UNIFORM if "width" in chosen else str(chosen.get("criterion", SEARCH))
     say(f"pruned for a predicted {result['predicted']:.2f}x: measured {result['measured']:.2f}x")
     return result
 

@@ -167,10 +167,11 @@ def _inner(annotation: Any) -> list[Any]:
     return out
 
 
-def read(out: Path, settings: dict[str, Any]) -> AllocationRecord | None:
-    """The allocation an earlier run into ``out`` with the same ``settings`` chose and measured; None where there is
-    none, it was made with other settings, or the file is damaged (then with one warning)."""
-    path = out / ALLOCATION
+def read(out: Path, settings: dict[str, Any], *, name: str = ALLOCATION) -> AllocationRecord | None:
+    """The allocation an earlier run into ``out`` with the same ``settings`` chose and measured (``name``: the file;
+    a run of several compression stages writes one per stage); None where there is none, it was made with other
+    settings, or the file is damaged (then with one warning)."""
+    path = out / name
     if not path.exists():
         return None
     try:
@@ -189,9 +190,9 @@ def read(out: Path, settings: dict[str, Any]) -> AllocationRecord | None:
     return record if record.settings == json.loads(json.dumps(settings, default=str)) else None
 
 
-def write(out: Path, values: dict[str, Any]) -> None:
-    """Write ``values`` (the fields of :class:`AllocationRecord`, in its order) as ``allocation.json``."""
-    write_text_atomically(out / ALLOCATION, json.dumps(values, indent=2, default=str))
+def write(out: Path, values: dict[str, Any], *, name: str = ALLOCATION) -> None:
+    """Write ``values`` (the fields of :class:`AllocationRecord`, in its order) as ``allocation.json`` (or ``name``)."""
+    write_text_atomically(out / name, json.dumps(values, indent=2, default=str))
 
 
 __all__ = ["ALLOCATION", "AllocationRecord", "Attempt", "PruneStage", "problem", "read", "write"]

@@ -20,6 +20,7 @@ from ..settings import Budget
 from ..steps.fidelity import UNIFORM, candidate_allocations
 from ..steps.info import report_size
 from .compress_settings import CompressSettings, final_model, shipped_model
+from .plan import plan
 
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
@@ -169,9 +170,65 @@ def markdown(report: dict[str, Any]) -> str:
                        f"{b.importance_samples:,} examples{tuned}; learning rates {b.teacher_learning_rate:g} (teacher), "
                        f"{b.distill_learning_rate:g} (distill), {b.finetune_learning_rate:g} (fine-tune with the "
                        f"teacher, weight {b.teacher_weight:g}).")
-    lines += ["", budget_line,
+    lines += ["", budget_line, *_training_lines(report),
               f"Model: `{report['model_dir']}`; shipped: `{report['shipped']}`; every stage: `{report['stages_dir']}`."]
     return "\n".join(lines) + "\n"
+
+
+def training_summary(recipe: Any, run_dir: Path) -> list[dict[str, Any]]:
+    """Each training stage of a run: the examples it read (texts for distillation, labelled ones for the
+    fine-tune), its epochs and steps, its precision, and how it got the teacher's outputs (``training.json``)."""
+    rows = []
+    for planned in plan(recipe, run_dir):
+        if not planned.stage.command.trains:
+            continue
+        path = planned.directory / "training.json"
+        if not path.is_file():
+            continue
+        run = json.loads(path.read_text())
+        arguments = planned.arguments
+        rows.append({"stage": planned.stage.name, "command": planned.stage.command.name,
+                     "examples": (run.get("train") or {}).get("samples"), "epochs": arguments.get("epochs"),
+                     "steps": run.get("steps"), "precision": (run.get("settings") or {}).get("mixed_precision", "no"),
+                     "teacher_outputs": run.get("teacher_outputs")})
+    return rows
+
+
+def _training_lines(report: dict[str, Any]) -> list[str]:
+    """The compression stages, what each training stage read and how, and where the time went (a timed budget)."""
+    lines: list[str] = []
+    steps = report.get("compression_stages") or []
+    if len(steps) > 1:
+        lines += ["", f"Compression in {len(steps)} stages (each scores the model so far, prunes it to a predicted "
+                      "speed-up over the original, then distils it from the teacher):", "",
+                  "| stage | target | measured | examples x epochs |", "|---|---|---|---|"]
+        for step in steps:
+            counts = step.get("counts")
+            read = "the budget's" if counts is None else \
+                f"{'all' if counts['max_samples'] is None else format(counts['max_samples'], ',')} x {counts['epochs']}"
+            lines.append(f"| {step['step']} | {step['target']:.2f}x | {step['measured']:.2f}x | {read} |")
+    rows = report.get("training") or []
+    if rows:
+        lines += ["", "Training stages (texts for distillation, labelled examples for the fine-tune; the teacher's "
+                      "outputs computed once per example and read back from the teacher store):", "",
+                  "| stage | examples | epochs | steps | precision | teacher's outputs |", "|---|---|---|---|---|---|"]
+        for row in rows:
+            kept = row.get("teacher_outputs") or {}
+            store = (f"{kept['computed']:,} computed, {kept['reused']:,} read back ({kept['bytes'] / 2**20:,.0f} MiB)"
+                     if "computed" in kept else kept.get("store", "computed at every step"))
+            examples = format(row["examples"], ",") if isinstance(row["examples"], int) else "-"
+            lines.append(f"| {row['stage']} | {examples} | {row['epochs']} | {row['steps']} | {row['precision']} | "
+                         f"{store} |")
+    timing = report.get("time") or {}
+    if timing.get("budget_seconds"):
+        spent = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in sorted(timing.get("stages", {}).items(),
+                                                                            key=lambda kv: -kv[1])[:6])
+        lines += ["", f"Time: {timing['seconds'] / 60:.1f} min of a {timing['budget_seconds'] / 60:.0f}-minute budget "
+                      f"(after the teacher existed); the longest stages: {spent}. The counts it chose are in "
+                      f"`{report.get('budget_file', 'budget.json')}`: `--budget` that file trains with them again."]
+    if report.get("precision") and report["precision"] != "no":
+        lines += ["", f"Training ran in {report['precision']} mixed precision (this machine has it in hardware)."]
+    return lines
 
 
 def plot(path: Path, report: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,13 +16,37 @@ import yaml
 
 from ..errors import GhostifyError
 from ..latency_model import Deployment
-from ..settings import BUDGETS, Budget, CompressDefaults, DataSettings, TaskSettings, checked_speedup
+from ..device import fast_bf16
+from ..settings import (BUDGETS, MIXED_PRECISION, TIMED, Budget, CompressDefaults, DataSettings, TaskSettings,
+                        checked_speedup)
 from .compress_timing import graph_name
 from .schema import TASK_KEYS, Recipe, validate
+from .time_budget import StageCounts, TrainingPlan, parse_duration
 from .yaml_source import RecipeSource
 
 #: the importance stage after drop-layers: scores of the model prune gets
 RESCORED = "rescored"
+#: the store of the teacher's outputs that every distillation and the fine-tune share, inside the run directory
+TEACHER_STORE = "teacher-outputs"
+#: the most compression stages a run takes (each scores, prunes and distils again)
+MAX_STAGES = 6
+#: mixed precision as compress takes it: "auto" (bfloat16 where the hardware has it) or the training loop's own
+PRECISIONS = ("auto", *MIXED_PRECISION)
+
+
+def stage_name(base: str, step: int) -> str:
+    """The name of compression stage ``step``'s ``base`` stage (``prune``, ``prune-2``, ...): the first keeps the
+    plain names, so a one-stage recipe is the recipe compress always ran."""
+    return base if step == 1 else f"{base}-{step}"
+
+
+def default_stages(speedup: float, budget: str) -> int:
+    """How many compression stages a run takes when ``--stages`` is not given: one for the named budgets (their
+    schedule stays as it was, for comparison) and up to 2x; past it, two (prune to the square root of the target,
+    distil, score the distilled model again, prune the rest of the way, distil again)."""
+    if budget in ("quick", "standard", "none") or speedup <= 2:
+        return 1
+    return 2
 
 
 class Structure(NamedTuple):
@@ -30,6 +55,24 @@ class Structure(NamedTuple):
 
     keep_layers: list[int] | None = None
     hidden_width: str | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One compression stage: the predicted speed-up over the original model it prunes to, what it removes besides
+    heads and neurons, the prune settings its allocation chose (None: the latency search for ``target``), and the
+    counts its distillation trains on (None: the budget's). ``tune`` False leaves its mask tuning out (what is
+    timed and compared while its allocation is chosen: tuning changes weights, not shapes)."""
+
+    target: float
+    structure: Structure = Structure()
+    allocation: dict[str, Any] | None = None
+    counts: StageCounts | None = None
+    tune: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": self.target, "structure": list(self.structure), "allocation": self.allocation,
+                "counts": None if self.counts is None else dataclasses.asdict(self.counts)}
 
 
 @dataclass(frozen=True)
@@ -49,9 +92,15 @@ class CompressSettings:
     drop_layers: bool | None = CompressDefaults.drop_layers
     #: None: decided by the run from the budget and the task (``compress._hidden_axis``)
     prune_hidden: bool | None = None
+    #: a budget's name, a time (``20m``), or the ``budget.json`` of an earlier run
     budget: str = CompressDefaults.budget
     epochs: int | None = None
     importance_samples: int | None = None
+    #: compression stages (None: :func:`default_stages`)
+    stages: int | None = None
+    #: a file of more text the distillation reads besides the training split's
+    unlabelled: str | None = None
+    mixed_precision: str = CompressDefaults.mixed_precision
     tolerance: float = CompressDefaults.tolerance
     rounds: int = CompressDefaults.rounds
     seed: int = CompressDefaults.seed
@@ -59,16 +108,25 @@ class CompressSettings:
     def __post_init__(self) -> None:
         checked_speedup(self.speedup)
         self.deployment.check()
-        if self.budget not in BUDGETS:
-            raise GhostifyError(f"unknown --budget {self.budget!r}; choose one of {', '.join(BUDGETS)}")
+        self._budget_kind()  # refuses one that is neither a name, a time nor a budget file
         if isinstance(self.tolerance, bool) or not isinstance(self.tolerance, (int, float)) \
                 or not 0 < self.tolerance < 1:
             raise GhostifyError(f"tolerance {self.tolerance!r} must be between 0 and 1")
+        if self.stages is not None and (isinstance(self.stages, bool) or not isinstance(self.stages, int)
+                                        or not 1 <= self.stages <= MAX_STAGES):
+            raise GhostifyError(f"--stages {self.stages!r} must be a whole number from 1 to {MAX_STAGES} (how many "
+                                "times compress prunes and distils on the way to the target)")
+        if self.mixed_precision not in PRECISIONS:
+            raise GhostifyError(f"--mixed-precision {self.mixed_precision!r}: choose one of {', '.join(PRECISIONS)}")
         self.data.validate()
         self.task_settings.validate()
-        if not BUDGETS[self.budget].trains:  # a budget without training takes no training settings
+        if self.unlabelled is not None and not Path(self.unlabelled).expanduser().is_file():
+            raise GhostifyError(f"--unlabelled {self.unlabelled} is not a file; give a .txt file of one text per line, "
+                                "or a data file (.csv, .jsonl, ...) with the task's text columns")
+        if not self._base.trains:  # a budget without training takes no training settings
             for flag, given in (("--ghosts", self.ghosts), ("--epochs", self.epochs is not None),
-                                ("--max-samples", self.data.max_samples)):
+                                ("--max-samples", self.data.max_samples), ("--unlabelled", self.unlabelled),
+                                ("--mixed-precision", self.mixed_precision not in ("auto", "no"))):
                 if given:
                     raise GhostifyError(f"--budget {self.budget} trains nothing, so {flag} has nothing to set; drop "
                                         f"{flag}, or use --budget quick or standard")
@@ -76,14 +134,78 @@ class CompressSettings:
                 raise GhostifyError("--prune-hidden cuts the residual stream, whose norms then need training to "
                                     f"recover; --budget {self.budget} trains nothing: drop --prune-hidden, or use "
                                     "--budget quick or standard")
+        counted = self.seconds is not None or self.plan is not None
+        if counted and (self.epochs is not None or self.data.max_samples is not None):
+            flag = "--epochs" if self.epochs is not None else "--max-samples"
+            raise GhostifyError(f"--budget {self.budget} chooses the examples and epochs of every stage itself, so "
+                                f"{flag} has nothing to set; drop {flag}, or name a budget (quick, standard, full)")
+        if self.plan is not None and self.stages is not None and self.stages != len(self.plan.distill):
+            raise GhostifyError(f"--budget {self.budget} holds the counts of {len(self.plan.distill)} compression "
+                                f"stage(s), not --stages {self.stages}: drop --stages, or give a time budget")
+
+    def _budget_kind(self) -> str:
+        """``named``, ``timed`` or ``file``."""
+        if self.budget in BUDGETS:
+            return "named"
+        if parse_duration(self.budget) is not None:
+            return "timed"
+        path = Path(str(self.budget)).expanduser()
+        if path.suffix == ".json" and path.is_file():
+            return "file"
+        raise GhostifyError(f"unknown --budget {self.budget!r}; choose one of {', '.join(BUDGETS)}, a time (e.g. 20m, "
+                            "1h: the whole run, sized to this machine), or the budget.json an earlier run wrote")
+
+    @functools.cached_property
+    def seconds(self) -> float | None:
+        """The time a timed budget gives the run (None: the budget is not a time)."""
+        return parse_duration(self.budget) if self._budget_kind() == "timed" else None
+
+    @functools.cached_property
+    def plan(self) -> TrainingPlan | None:
+        """The counts an earlier run chose (``--budget FILE``; None: not a file)."""
+        if self._budget_kind() != "file":
+            return None
+        path = Path(str(self.budget)).expanduser()
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise GhostifyError(f"--budget {self.budget} is not readable JSON ({exc}); give the budget.json an "
+                                "earlier run wrote") from None
+        return TrainingPlan.from_json(data, str(self.budget))
+
+    @property
+    def _base(self) -> Budget:
+        """The named budget (a time or a budget file trains at the standard budget's rates, with counts of their
+        own)."""
+        return BUDGETS[self.budget] if self._budget_kind() == "named" else TIMED
 
     @functools.cached_property
     def chosen(self) -> Budget:
         """The budget with what the run overrides of it (``--max-samples``, ``--epochs``, ``--importance-samples``)."""
-        budget = BUDGETS[self.budget]
+        budget = self._base
         return dataclasses.replace(budget, max_samples=self.data.max_samples or budget.max_samples,
                                    epochs=self.epochs or budget.epochs,
                                    importance_samples=self.importance_samples or budget.importance_samples)
+
+    @property
+    def step_count(self) -> int:
+        """How many compression stages the run takes."""
+        if self.plan is not None:
+            return len(self.plan.distill)
+        return self.stages if self.stages is not None else default_stages(self.speedup, self.budget)
+
+    @property
+    def targets(self) -> list[float]:
+        """Each stage's predicted speed-up over the original model: the same factor at every stage."""
+        count = self.step_count
+        return [self.speedup ** ((k + 1) / count) for k in range(count)]
+
+    @property
+    def precision(self) -> str:
+        """The training's mixed precision: as asked, or with "auto" bfloat16 where this machine has it in hardware."""
+        if self.mixed_precision != "auto":
+            return self.mixed_precision
+        return "bf16" if self.chosen.trains and fast_bf16() else "no"
 
     @property
     def layers_axis(self) -> bool:
@@ -91,20 +213,25 @@ class CompressSettings:
         return self.chosen.trains if self.drop_layers is None else self.drop_layers
 
     def record(self) -> dict[str, Any]:
-        """What decided the allocation (``allocation.json``'s ``settings``): a re-run with the same keeps it."""
-        return {"model": self.model, "teacher": self.teacher, "speedup": self.speedup,
-                "deployment": dataclasses.asdict(self.deployment), "data": data_mapping(self.data, self.task_settings),
-                "budget": dataclasses.asdict(self.chosen), "ghosts": self.ghosts, "drop_layers": self.layers_axis,
-                "prune_hidden": self.prune_hidden, "tolerance": self.tolerance, "seed": self.seed}
+        """What decided the allocation (``allocation.json``'s ``settings``): a re-run with the same keeps it. The
+        settings a one-stage run of a named budget had before stages existed are all it names then."""
+        values = {"model": self.model, "teacher": self.teacher, "speedup": self.speedup,
+                  "deployment": dataclasses.asdict(self.deployment), "data": data_mapping(self.data, self.task_settings),
+                  "budget": dataclasses.asdict(self.chosen), "ghosts": self.ghosts, "drop_layers": self.layers_axis,
+                  "prune_hidden": self.prune_hidden, "tolerance": self.tolerance, "seed": self.seed}
+        extra = {"budget_given": self.budget if self._budget_kind() != "named" else None,
+                 "stages": self.step_count if self.step_count > 1 else None, "unlabelled": self.unlabelled,
+                 "precision": self.precision if self.precision != "no" else None}
+        return values | {k: v for k, v in extra.items() if v is not None}
 
-    def recipe(self, allocated: float, structure: Structure = Structure(), allocation: dict[str, Any] | None = None,
-               *, tune: bool = True) -> Recipe:
-        """The validated recipe for a predicted ``allocated`` speed-up (:func:`compress_recipe`); the same recipe
-        asked for again is not built again."""
-        raw = compress_recipe(self.model, speedup=allocated, deployment=self.deployment,
+    def recipe(self, steps: Sequence[Step], *, finetune: StageCounts | None = None, embeddings: bool = False,
+               store: str | None = None) -> Recipe:
+        """The validated recipe of ``steps`` (:func:`compress_recipe`); the same recipe asked for again is not built
+        again."""
+        raw = compress_recipe(self.model, steps=steps, deployment=self.deployment,
                               data=data_mapping(self.data, self.task_settings), budget=self.chosen, ghosts=self.ghosts,
-                              teacher=self.teacher, seed=self.seed, keep_layers=structure.keep_layers,
-                              hidden_width=structure.hidden_width, allocation=allocation, tune=tune)
+                              teacher=self.teacher, seed=self.seed, finetune=finetune, embeddings=embeddings,
+                              store=store, unlabelled=self.unlabelled, precision=self.precision)
         return _validated(yaml.safe_dump(raw, sort_keys=False))
 
 
@@ -113,57 +240,89 @@ def _validated(text: str) -> Recipe:
     return validate(RecipeSource(text, "compress"), yaml.safe_load(text))
 
 
-def compress_recipe(model: str, *, speedup: float, deployment: Deployment, data: dict[str, Any], budget: Budget,
-                    ghosts: bool, teacher: str | None, seed: int,
+def compress_recipe(model: str, *, deployment: Deployment, data: dict[str, Any], budget: Budget, ghosts: bool,
+                    teacher: str | None, seed: int, steps: Sequence[Step] | None = None, speedup: float | None = None,
                     keep_layers: Sequence[int] | None = None, hidden_width: str | None = None,
-                    allocation: dict[str, Any] | None = None, tune: bool = True) -> dict[str, Any]:
+                    allocation: dict[str, Any] | None = None, finetune: StageCounts | None = None,
+                    embeddings: bool = False, store: str | None = None, unlabelled: str | None = None,
+                    precision: str = "no", tune: bool = True) -> dict[str, Any]:
     """The recipe compress runs, as a mapping (``recipes/compress.yaml`` is the same with ``vars``).
 
-    ``teacher`` None: ``model`` has no trained head for the task, so the first stage fine-tunes it.
-    ``keep_layers``: the layers a drop-layers stage keeps before prune (``compress._structure``); the
-    model it leaves is scored again (stage ``rescored``) for prune. ``hidden_width``: the residual stream a
-    prune-hidden stage keeps before prune, prune then reading the scores of the model before it. ``allocation``:
-    the prune stage's settings (default: the search for ``speedup`` by the latency model; ``compress._choose`` may
-    pick another criterion or a uniform width). A budget without training (``none``) ends with the pruned, tuned
-    model; ``tune`` False leaves the tuning out (what is timed and compared: tuning changes weights, not shapes)."""
+    ``teacher`` None: ``model`` has no trained head for the task, so the first stage fine-tunes it. Each of
+    ``steps`` is a compression stage: scores of the model so far (``importance``; the stage ``importance-2`` of the
+    second, and so on), then where its structure says so a drop-layers stage keeping ``keep_layers`` and the
+    smaller model scored again (``rescored``), a prune-hidden stage keeping ``hidden_width`` (prune then reading the
+    scores of the model before it), prune (its ``allocation``, else the latency search for its ``target``: ``compress``
+    may pick another criterion or a uniform width) and, where the budget trains, a distillation on its ``counts``
+    (else the budget's). A budget without training (``none``) ends with the last pruned, tuned model; a trained
+    one with the fine-tune on ``finetune``'s counts (labels and the teacher's logits; the embeddings task has no
+    labels: its last distillation is the result, ``final``). ``store``: the teacher store every training stage
+    shares; ``unlabelled``: more text for the distillations; ``precision``: their mixed precision. Without ``steps``,
+    one stage: ``speedup``, ``keep_layers``, ``hidden_width``, ``allocation`` and ``tune`` are its own."""
+    if steps is None:  # one stage, given by its own keywords
+        steps = [Step(float(speedup), Structure(None if keep_layers is None else list(keep_layers), hidden_width),
+                      allocation, tune=tune)]
     train = {"max_samples": budget.max_samples, "epochs": budget.epochs}
+    shared = {"mixed_precision": precision} if precision != "no" else {}
+    if store is not None:
+        shared["teacher_store"] = store
     onnx = deployment.runtime != "pytorch"
     # the latency model first: it needs only the model's shape, and a target out of reach is then refused
     # before any training
     stages: list[dict[str, Any]] = [{"latency": {"runtime": deployment.runtime, "batch_size": deployment.batch_size,
                                                  "seq_len": deployment.seq_len, "threads": deployment.threads}}]
     if teacher is None:
-        stages.append({"finetune": {"output": "teacher", **train, "learning_rate": budget.teacher_learning_rate}})
+        stages.append({"finetune": {"output": "teacher", **train, "learning_rate": budget.teacher_learning_rate,
+                                    **({"mixed_precision": precision} if precision != "no" else {})}})
+    stages.append({"eval": {"output": "teacher-eval", "model": "${teacher}"}})
+    for k, step in enumerate(steps, 1):
+        last = k == len(steps)
+
+
+        def output(base: str, k: int = k) -> dict[str, str]:
+            """The stage's name where it is not the command's own (the stages after the first)."""
+            return {} if k == 1 else {"output": stage_name(base, k)}
+
+        stages.append({"importance": {**output("importance"), "samples": budget.importance_samples}})
+        keep_layers, hidden_width = step.structure
+        if keep_layers is not None:
+            # prune refuses scores of the model before its layers were dropped: the smaller model is scored again
+            stages += [{"drop-layers": {**output("drop-layers"), "layers": ",".join(str(i) for i in keep_layers)}},
+                       {"importance": {"output": stage_name(RESCORED, k), "samples": budget.importance_samples}}]
+        if hidden_width is not None:
+            stages.append({"prune-hidden": {**output("prune-hidden"), "hidden_width": hidden_width}})
+        prune = dict(step.allocation) if step.allocation is not None else {"speedup": step.target, "latency": "${latency}"}
+        if hidden_width is not None:  # the head and neuron scores of the model before its channels went
+            scores = stage_name(RESCORED if keep_layers is not None else "importance", k)
+            prune["importance"] = f"${{{scores}}}"
+        if budget.tune_masks and step.tune:
+            prune["tune_masks"] = budget.tune_masks
+        stages.append({"prune": {**output("prune"), **prune}})
+        if not budget.trains:
+            continue
+        if last:
+            stages.append({"attach-ghost": {"when": ghosts}})
+        counts = {"max_samples": step.counts.max_samples, "epochs": step.counts.epochs} if step.counts else train
+        distill = {**counts, "learning_rate": budget.distill_learning_rate, **shared,
+                   **({"unlabelled": unlabelled} if unlabelled is not None else {})}
+        if embeddings:  # the pooled embedding against the teacher's: the task's own loss
+            distill["logit_weight"] = 1.0
+        name = "final" if embeddings and last else stage_name("distill", k)
+        stages.append({"distill": {**({"output": name} if name != "distill" else {}), **distill}})
+    if budget.trains and not embeddings:
+        counts = {"max_samples": finetune.max_samples, "epochs": finetune.epochs} if finetune else train
+        stages.append({"finetune": {"output": "final", "teacher": "${teacher}", "teacher_weight": budget.teacher_weight,
+                                    **counts, "learning_rate": budget.finetune_learning_rate, **shared}})
+    stages.append({"eval": {"output": "final-eval"}})
+    if embeddings:  # the sentence-transformers layout, which `--format hf` keeps
+        stages.append({"export": {"output": "hf", "format": "hf"}})
     stages += [
-        {"eval": {"output": "teacher-eval", "model": "${teacher}"}},
-        {"importance": {"samples": budget.importance_samples}},
-    ]
-    if keep_layers is not None:
-        # prune refuses scores of the model before its layers were dropped: the smaller model is scored again
-        stages += [{"drop-layers": {"layers": ",".join(str(i) for i in keep_layers)}},
-                   {"importance": {"output": RESCORED, "samples": budget.importance_samples}}]
-    if hidden_width is not None:
-        stages.append({"prune-hidden": {"hidden_width": hidden_width}})
-    prune = dict(allocation) if allocation is not None else {"speedup": speedup, "latency": "${latency}"}
-    if hidden_width is not None:  # the head and neuron scores of the model before its channels went (their counts hold)
-        prune["importance"] = "${rescored}" if keep_layers is not None else "${importance}"
-    if budget.tune_masks and tune:
-        prune["tune_masks"] = budget.tune_masks
-    stages.append({"prune": prune})
-    if budget.trains:
-        stages += [
-            {"attach-ghost": {"when": ghosts}},
-            {"distill": {**train, "learning_rate": budget.distill_learning_rate}},
-            {"finetune": {"output": "final", "teacher": "${teacher}", "teacher_weight": budget.teacher_weight, **train,
-                          "learning_rate": budget.finetune_learning_rate}},
-        ]
-    stages += [
-        {"eval": {"output": "final-eval"}},
         {"export": {"output": "onnx", "format": "onnx", "when": onnx,
                     **({"quantize": "int8"} if deployment.runtime == "onnx-int8" else {})}},
         {"eval": {"output": "shipped-eval", "when": onnx, "model": f"${{onnx}}/{graph_name(deployment.runtime)}"}},
     ]
     how = "" if budget.trains else ", retraining-free"
+    speedup = steps[-1].target
     return {"description": f"ghostify compress: {speedup:g}x faster in {deployment.describe()}{how}",
             "model": model, "teacher": teacher or "${teacher}", "data": data, "seed": seed, "stages": stages}
 
@@ -191,8 +350,12 @@ def dense_model(stages: dict[str, Path], model: str) -> Path:
 
 
 def final_model(stages: dict[str, Path]) -> Path:
-    """The compressed model: fine-tuned with the teacher, or, without training (``--budget none``), pruned."""
-    return stages["final"] if "final" in stages else stages["prune"]
+    """The compressed model: fine-tuned with the teacher (or, for embeddings, distilled), or, without training
+    (``--budget none``), the last pruned one."""
+    if "final" in stages:
+        return stages["final"]
+    return stages[max((name for name in stages if name == "prune" or name.startswith("prune-")
+                       and name.removeprefix("prune-").isdigit()), key=lambda n: int(n.split("-")[1]) if "-" in n else 1)]
 
 
 def shipped_model(stages: dict[str, Path], deployment: Deployment) -> Path:
@@ -207,5 +370,6 @@ def closest(attempts: list[dict[str, Any]], speedup: float) -> dict[str, Any]:
     return min(attempts, key=lambda a: abs(math.log(a["measured"] / speedup)))
 
 
-__all__ = ["CompressSettings", "RESCORED", "Structure", "closest", "compress_recipe", "data_mapping", "dense_model",
+__all__ = ["CompressSettings", "MAX_STAGES", "RESCORED", "Step", "Structure", "TEACHER_STORE", "default_stages",
+           "stage_name", "closest", "compress_recipe", "data_mapping", "dense_model",
            "final_model", "prefix", "shipped_model"]

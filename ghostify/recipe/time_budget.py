@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import GhostifyError
+from ..steps.throughput import Throughput
 
 #: the part of the training time the labelled fine-tune with the teacher gets; distillation gets the rest
 FINETUNE_SHARE = 0.25
@@ -44,16 +45,6 @@ def parse_duration(text: str) -> float | None:
     if seconds <= 0:
         raise GhostifyError(f"--budget {text} is no time at all; give a duration such as 20m or 1h")
     return seconds
-
-
-@dataclass(frozen=True)
-class Throughput:
-    """Seconds per example of each kind of work, measured on this machine at the start of a run."""
-
-    teacher: float  # the teacher's forward pass on a training text (distillation's first pass over it)
-    distill: float  # a distillation step of the student, the teacher's outputs read back from the store
-    finetune: float  # a fine-tuning step of the student with the teacher's logits read back
-    evaluate: float  # the student on a validation example
 
 
 @dataclass(frozen=True)
@@ -111,7 +102,8 @@ def plan_training(seconds: float, *, texts: int, labelled: int, throughput: Thro
     Distillation reads its texts in a seeded order, each once before any twice: a stage that cannot read them all
     reads a subset, once; one that can reads them all for as many epochs as fit (at most :data:`MAX_EPOCHS`).
     Later stages read texts an earlier one already gave the teacher: only their student steps cost time. The
-    fine-tune, likewise, on its labelled examples."""
+    fine-tune, likewise, on its labelled examples. (A run plans each stage as it comes, from the time then left,
+    with :func:`distill_counts` and :func:`finetune_counts`; this is the same plan made at once.)"""
     if seconds <= 0:
         raise GhostifyError(f"the budget leaves {seconds:.0f} s for training once the rest of the run is counted; "
                             "give a larger --budget")
@@ -121,27 +113,34 @@ def plan_training(seconds: float, *, texts: int, labelled: int, throughput: Thro
     spent: dict[str, float] = {}
     seen = 0  # texts the teacher has already read (their outputs are in the store)
     for k in range(stages):
-        plan, cost, seen = _distill_stage(per_stage, texts, seen, throughput)
+        plan, cost, seen = distill_counts(per_stage, texts, seen, throughput)
+        check_counts(f"distill {k + 1}", plan, texts, per_stage, batch_size)
         counts.append(plan)
         spent[f"distill {k + 1}"] = cost
-    finetune, cost = _fill(finetune_seconds, labelled, throughput.finetune, 0.0)
+    finetune, cost = finetune_counts(finetune_seconds, labelled, throughput)
+    check_counts("the fine-tune", finetune, labelled, finetune_seconds, batch_size)
     spent["finetune"] = cost
-    minimum = MIN_STEPS * batch_size
-    short = [name for name, c in zip([f"distill {k + 1}" for k in range(stages)] + ["finetune"], [*counts, finetune])
-             if c.examples(texts if name != "finetune" else labelled) < min(minimum, texts if name != "finetune"
-                                                                             else labelled)]
-    if short:
-        raise GhostifyError(f"the budget leaves {seconds:.0f} s for training: too little for {', '.join(short)} to take "
-                            f"{MIN_STEPS} steps of {batch_size} examples at the throughput measured here; give a larger "
-                            "--budget, fewer --stages, or --budget quick")
     return TrainingPlan(distill=tuple(counts), finetune=finetune, seconds=spent)
 
 
-def _distill_stage(seconds: float, texts: int, seen: int, throughput: Throughput) -> tuple[StageCounts, float, int]:
-    """The counts of one distillation stage: the texts the teacher has read cost a student step, the others a
-    teacher pass more, the first time."""
+def check_counts(stage: str, counts: StageCounts, available: int, seconds: float, batch_size: int = 32) -> None:
+    """Refuse a plan that gives ``stage`` fewer than :data:`MIN_STEPS` optimizer steps (of the examples there are)."""
+    if counts.examples(available) < min(MIN_STEPS * batch_size, available):
+        raise GhostifyError(f"the budget leaves {max(0.0, seconds):.0f} s for {stage}: too little to take {MIN_STEPS} "
+                            f"steps of {batch_size} examples at the throughput measured here; give a larger --budget, "
+                            "fewer --stages, or --budget quick")
+
+
+def distill_counts(seconds: float, texts: int, seen: int, throughput: Throughput) -> tuple[StageCounts, float, int]:
+    """One distillation stage's counts for ``seconds`` on ``texts`` texts, ``seen`` of which the teacher has read
+    (a text it has not costs its pass the first time); the seconds they take, and the texts seen after it."""
     plan, cost = _fill(seconds, texts, throughput.distill, throughput.teacher, seen=seen)
     return plan, cost, max(seen, min(texts, plan.max_samples or texts))
+
+
+def finetune_counts(seconds: float, labelled: int, throughput: Throughput) -> tuple[StageCounts, float]:
+    """The fine-tune's counts for ``seconds`` on ``labelled`` examples (the teacher's logits read back)."""
+    return _fill(seconds, labelled, throughput.finetune, 0.0)
 
 
 def _fill(seconds: float, available: int, step: float, first: float, *, seen: int | None = None) -> tuple[StageCounts, float]:
@@ -152,11 +151,10 @@ def _fill(seconds: float, available: int, step: float, first: float, *, seen: in
     def cost(n: int, epochs: int) -> float:
         return n * step * epochs + max(0, n - seen) * first
 
-    one_pass = cost(available, 1)
-    if one_pass > seconds:
-        # a subset, once: the seen texts first in cost (a seeded subset mixes them; the plan counts the average)
-        n = _largest(lambda m: cost(m, 1) <= seconds, available)
-        return StageCounts(max(1, n), 1), cost(max(1, n), 1)
+    if cost(available, 1) > seconds:
+        # a subset, once (its seeded order is the earlier stages' too: the first ``seen`` of it are the ones read)
+        n = max(1, _largest(lambda m: cost(m, 1) <= seconds, available))
+        return StageCounts(n, 1), cost(n, 1)
     epochs = 1
     while epochs < MAX_EPOCHS and cost(available, epochs + 1) <= seconds:
         epochs += 1
@@ -175,5 +173,5 @@ def _largest(fits, upper: int) -> int:
     return low
 
 
-__all__ = ["FINETUNE_SHARE", "MAX_EPOCHS", "StageCounts", "Throughput", "TrainingPlan", "parse_duration",
-           "plan_training"]
+__all__ = ["FINETUNE_SHARE", "MAX_EPOCHS", "StageCounts", "Throughput", "TrainingPlan", "check_counts",
+           "distill_counts", "finetune_counts", "parse_duration", "plan_training"]

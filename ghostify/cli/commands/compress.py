@@ -16,7 +16,9 @@ from ..settings_options import settings_options
     epilog="Examples:\n\n"
     "ghostify compress ../shared/models/all-MiniLM-L6-v2 -o out/c2 --task sst2 --dataset ../shared/data/glue --speedup 2\n\n"
     "ghostify compress out/teacher -o out/c3 --task sst2 --speedup 3 --runtime onnx-int8 --batch-size 32 --threads 2\n\n"
-    "ghostify compress bert-base-uncased -o out/c2 --task mrpc --speedup 2 --budget standard --runtime pytorch"
+    "ghostify compress bert-base-uncased -o out/c2 --task mrpc --speedup 2 --budget standard --runtime pytorch\n\n"
+    "ghostify compress out/teacher -o out/c6 --task sst2 --speedup 6 --budget 20m\n\n"
+    "ghostify compress ../shared/models/all-MiniLM-L6-v2 -o out/e2 --task embeddings --dataset ../shared/data/glue/stsb --text-columns sentence1,sentence2 --speedup 2 --budget 20m"
 )
 @settings_options(after={"speedup": "output"})
 def compress(
@@ -34,7 +36,10 @@ def compress(
     ghosts: Annotated[bool, typer.Option("--ghosts/--no-ghosts", help="Attach ghost modules after pruning (off: they did not pay in benchmarks/studies).")] = CompressDefaults.ghosts,
     prune_hidden: Annotated[Optional[bool], typer.Option("--prune-hidden/--no-prune-hidden", help="Let the allocation cut residual channels too (prune-hidden before prune). Default: on where the budget trains and the task's outputs keep their shape (not for sentence embeddings, whose width it is).", show_default=False)] = None,
     drop_layers: Annotated[Optional[bool], typer.Option("--drop-layers/--no-drop-layers", help="Let the allocation remove whole layers too, where a layer's score per ms saved is below its heads' and neurons' (drop-layers before prune). Default: on where the budget trains (not for shared layers).", show_default=False)] = CompressDefaults.drop_layers,
-    budget: Annotated[str, typer.Option("--budget", help=" or ".join(f"{name} ({b.describe()})" for name, b in BUDGETS.items()) + "; --max-samples, --epochs and --importance-samples override it.")] = CompressDefaults.budget,
+    budget: Annotated[str, typer.Option("--budget", help="A time for the whole run after the teacher exists (20m, 1h, 1h30m: every stage sized to the throughput measured on this machine; the counts it chose are written to OUT/budget.json), that budget.json (the same counts again, byte for byte), or " + ", ".join(f"{name} ({b.describe()})" for name, b in BUDGETS.items()) + "; --max-samples, --epochs and --importance-samples override a named one.")] = CompressDefaults.budget,
+    stages: Annotated[Optional[int], typer.Option("--stages", help="Compression stages: prune part of the way, distil, score the distilled model again, prune further (the same factor each time). Default: 1 up to 2x and for the named budgets, else 2.", show_default=False)] = None,
+    unlabelled: Annotated[Optional[str], typer.Option("--unlabelled", help="More in-domain text for distillation, labels unread: a .txt file of one text per line, or a data file with the task's text columns.", show_default=False)] = None,
+    mixed_precision: Annotated[str, typer.Option("--mixed-precision", help="auto (bf16 where the CPU or GPU has it in hardware, else no), no, bf16 or fp16: the training stages' precision.")] = CompressDefaults.mixed_precision,
     epochs: Annotated[Optional[int], typer.Option("--epochs", min=1, help="Epochs of every training stage (default: the budget's).", show_default=False)] = None,
     importance_samples: Annotated[Optional[int], typer.Option("--importance-samples", min=1, help="Examples that score heads and neurons (default: the budget's).", show_default=False)] = None,
     rounds: Annotated[int, typer.Option("--rounds", min=1, help="Timed forward passes per model in each speed-up check.")] = CompressDefaults.rounds,
@@ -54,7 +59,8 @@ def compress(
     report = run_compress(model, output, speedup=speedup,
                           deployment=Deployment(runtime=runtime, batch_size=batch_size, seq_len=seq_len, threads=threads),
                           data=data, task_settings=task_settings, teacher=teacher, ghosts=ghosts, budget=budget,
-                          drop_layers=drop_layers, prune_hidden=prune_hidden, epochs=epochs, importance_samples=importance_samples, rounds=rounds,
+                          drop_layers=drop_layers, prune_hidden=prune_hidden, epochs=epochs, importance_samples=importance_samples,
+                          stages=stages, unlabelled=unlabelled, mixed_precision=mixed_precision, rounds=rounds,
                           seed=seed, say=lambda line: err.print(line, markup=False))
     if json_output:
         print_json(report)

@@ -1,0 +1,153 @@
+"""``compress`` in stages and on a budget stated in time: each stage scores, prunes and distils the model so far,
+the teacher's outputs are computed once for every stage, a time budget sizes the stages and writes the counts it
+chose, and those counts train the same bytes again."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ghostify import load_model
+from ghostify.recipe import compress as compress_module
+from ghostify.testing import tiny_checkpoint, write_toy_dataset
+
+from .conftest import run_cli
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("stages")
+    tiny_checkpoint(root / "model")
+    write_toy_dataset(root / "toy", train=64, validation=24)
+    return root
+
+
+@pytest.fixture
+def fixed_latency(tmp_path, monkeypatch):
+    """A latency model of fixed costs (a tiny model's measured costs are near the timer's noise)."""
+    from ghostify.latency_model import LatencyModel
+
+    latency_step = importlib.import_module("ghostify.steps.latency")
+
+    def fixed(config, geometry, deployment, machine, **kwargs):
+        return LatencyModel(geometry, deployment, machine, base_ms=1.0, layer_ms=0.1, head_ms=0.5, neuron_ms=0.01)
+
+    monkeypatch.setenv("GHOSTIFY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(latency_step, "measure", fixed)
+
+
+def _args(world: Path, out: Path, *extra: str) -> list:
+    return ["compress", world / "model", "-o", out, "--dataset", world / "toy", "--text-columns", "sentence",
+            "--label-column", "label", "--max-length", "32", "--importance-samples", "16", "--rounds", "3",
+            "--runtime", "pytorch", "--no-drop-layers", "--no-prune-hidden", *extra]
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return load_model(path).state_dict()
+
+
+def test_two_stages_prune_distil_score_again_and_prune_further(world, tmp_path, capsys, fixed_latency):
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, *_args(world, out, "--speedup", "1.3", "--stages", "2", "--max-samples", "32"))
+    assert code == 0, err
+    names = sorted(p.name.split("-", 1)[1] for p in (out / "stages").iterdir() if p.is_dir() and p.name[0].isdigit())
+    for stage in ("importance", "prune", "distill", "importance-2", "prune-2", "distill-2", "final"):
+        assert stage in names, names
+    report = json.loads((out / "report.json").read_text())
+    steps = report["compression_stages"]
+    assert [s["step"] for s in steps] == [1, 2]
+    assert steps[0]["target"] == pytest.approx(1.3 ** 0.5) and steps[1]["target"] == pytest.approx(1.3)
+    assert (out / "allocation-1.json").is_file() and (out / "allocation-2.json").is_file()
+    final = next(p for p in (out / "stages").iterdir() if p.name.endswith("-final"))
+    history = [h["command"] for h in load_model(final).config.ghostify["history"]]
+    assert history.count("prune") == 2 and history.count("distill") == 2 and history[-1] == "finetune"
+    # the second stage scored the distilled model: its scores are of the first stage's output
+    second = json.loads((out / "allocation-2.json").read_text())
+    first = json.loads((out / "allocation-1.json").read_text())
+    assert second["settings"]["step"] == 2 and second["settings"]["before"][0]["target"] == first["allocated_for"]
+    # one store of the teacher's outputs served every training stage: the later ones computed nothing new
+    rows = {row["stage"]: row for row in report["training"]}
+    assert rows["distill"]["teacher_outputs"]["computed"] > 0
+    assert rows["distill-2"]["teacher_outputs"]["computed"] == 0
+    assert rows["final"]["teacher_outputs"]["computed"] == 0
+    assert "Compression in 2 stages" in (out / "report.md").read_text()
+
+
+@pytest.fixture
+def on_target(monkeypatch):
+    """Every timing measures what was predicted: two runs compared byte for byte must not re-allocate differently
+    because the machine was busier during one of them."""
+    from ghostify.steps.latency_plan import predicted_speedup
+
+    def measure(dense, compressed, deployment, rounds, **kwargs):
+        model = Path(compressed)
+        latency = next(p for p in model.parent.iterdir() if p.name.endswith("-latency"))
+        m = predicted_speedup(model, latency) if (model / "config.json").is_file() else 1.0
+        return {"clock": "cpu", "dense_ms": m, "compressed_ms": 1.0, "measured": m, "measured_low": m,
+                "measured_high": m, "rounds": rounds, "wall_ms": {"dense": m, "compressed": 1.0},
+                "cpu_ms": {"dense": m, "compressed": 1.0}}
+
+    monkeypatch.setattr(compress_module, "_measure", measure)
+
+
+def test_a_time_budget_writes_its_counts_and_they_train_the_same_bytes_again(world, tmp_path, capsys,
+                                                                             fixed_latency, on_target):
+    timed = tmp_path / "timed"
+    code, _, err = run_cli(capsys, *_args(world, timed, "--speedup", "1.2", "--budget", "60s", "--stages", "1"))
+    assert code == 0, err
+    budget = json.loads((timed / "budget.json").read_text())
+    assert len(budget["distill"]) == 1 and budget["finetune"]["epochs"] >= 1
+    report = json.loads((timed / "report.json").read_text())
+    assert report["time"]["budget_seconds"] == 60 and report["time"]["seconds"] > 0
+    assert "distillation on" in err and "of 60 s" in err
+    again = tmp_path / "again"
+    code, _, err = run_cli(capsys, *_args(world, again, "--speedup", "1.2", "--budget", str(timed / "budget.json")))
+    assert code == 0, err
+    first, second = _weights(Path(report["model_dir"])), _weights(Path(json.loads(
+        (again / "report.json").read_text())["model_dir"]))
+    assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_an_interrupted_staged_run_resumes_to_the_same_bytes(world, tmp_path, capsys, fixed_latency, on_target,
+                                                            monkeypatch):
+    args = ("--speedup", "1.3", "--stages", "2", "--max-samples", "32")
+    whole = tmp_path / "whole"
+    code, _, err = run_cli(capsys, *_args(world, whole, *args))
+    assert code == 0, err
+    real = compress_module.run_recipe
+    calls = []
+
+    def interrupted(recipe, run_dir, on_stage=None):
+        calls.append(recipe)
+        if any(s.name == "final" for s in recipe.stages):  # the last call: stage 2 allocated, nothing of it trained
+            raise KeyboardInterrupt
+        return real(recipe, run_dir, on_stage=on_stage)
+
+    monkeypatch.setattr(compress_module, "run_recipe", interrupted)
+    resumed = tmp_path / "resumed"
+    code, _, err = run_cli(capsys, *_args(world, resumed, *args))
+    assert code != 0 and calls
+    monkeypatch.setattr(compress_module, "run_recipe", real)
+    code, _, err = run_cli(capsys, *_args(world, resumed, *args))
+    assert code == 0, err
+    assert "the allocation of stage 1 of the earlier run" in err
+    a = _weights(Path(json.loads((whole / "report.json").read_text())["model_dir"]))
+    b = _weights(Path(json.loads((resumed / "report.json").read_text())["model_dir"]))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--stages", "0"], "--stages 0 must be a whole number from 1 to 6"),
+    (["--budget", "0m"], "no time at all"),
+    (["--budget", "20m", "--epochs", "2"], "chooses the examples and epochs of every stage itself"),
+    (["--budget", "none", "--unlabelled", "x.txt"], "--unlabelled x.txt is not a file"),
+    (["--mixed-precision", "int4"], "--mixed-precision 'int4': choose one of auto, no, fp16, bf16"),
+], ids=["stages-0", "no-time", "timed-epochs", "unlabelled-missing", "precision"])
+def test_bad_stage_and_budget_settings_are_one_line(world, tmp_path, capsys, extra, message):
+    code, _, err = run_cli(capsys, *_args(world, tmp_path / "out", "--speedup", "1.5", *extra))
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
