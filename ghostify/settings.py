@@ -263,6 +263,8 @@ class ExportDefaults:
     """``ghostify export``."""
 
     format: str = "hf"
+    #: training examples a calibrated int8 quantisation (OpenVINO's NNCF) reads: NNCF's own default subset size
+    calibration_samples: int = 300
 
 
 #: ``export --keep-fp32`` names for the parts every family has, resolved through its adapter, so one
