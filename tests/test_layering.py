@@ -50,7 +50,8 @@ PACKAGE = Path(find_spec(ROOT).origin).parent  # without importing it
 #: likes, and it is the modules below that may not import it).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("errors", ("ghostify.errors", "ghostify.version", "ghostify.console", "ghostify.units", "ghostify.files",
-                "ghostify.settings", "ghostify.latency_model", "ghostify.flatten", "ghostify.heads", "ghostify.device")),
+                "ghostify.settings", "ghostify.latency_model", "ghostify.flatten", "ghostify.heads", "ghostify.device",
+                "ghostify.runtimes")),
     ("architectures", ("ghostify.architectures",)),
     ("structure", ("ghostify.record", "ghostify.seeding", "ghostify.flops", "ghostify.attention", "ghostify.methods",
                    "ghostify.example_loss")),
