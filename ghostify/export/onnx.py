@@ -118,6 +118,7 @@ def write_graph(model: nn.Module, directory: Path, runtime: Runtime, *, pooling:
         onnx_file = directory / runtime.graph if runtime.convert is None else Path(scratch) / "model.onnx"
         write_onnx(graph, onnx_file)
         kept = nodes_of_modules(onnx_file, keep_fp32) if quantize == "int8" else []
+        keep = node_outputs(onnx_file, kept)  # a converted graph may rename a node: its outputs find it
         if runtime.convert is not None:
             runtime.convert(onnx_file, directory / runtime.graph)
     path = directory / runtime.graph
@@ -131,7 +132,7 @@ def write_graph(model: nn.Module, directory: Path, runtime: Runtime, *, pooling:
     if result.reduced_precision is not None:
         result.reduced_difference = compare(graph, path, inputs, runtime)
     if quantize == "int8":
-        runtime.quantize(path, directory / runtime.int8_graph, calibration=calibration, keep=kept)
+        runtime.quantize(path, directory / runtime.int8_graph, calibration=calibration, keep=keep)
         result.int8_difference = compare(graph, directory / runtime.int8_graph, inputs, runtime)
         result.files.append(runtime.int8_graph)
     return result
@@ -237,6 +238,17 @@ def nodes_of_modules(path: Path, patterns: tuple[str, ...]) -> list[str]:
         if any(fnmatch.fnmatchcase(m, p) for m in modules for p in patterns):
             found.append(node.name)
     return found
+
+
+def node_outputs(path: Path, nodes: Sequence[str]) -> dict[str, list[str]]:
+    """The output tensors of each of ``nodes`` in the ONNX graph ``path``, by node name."""
+    if not nodes:
+        return {}
+    import onnx
+
+    wanted = set(nodes)
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return {node.name: list(node.output) for node in graph.node if node.name in wanted}
 
 
 def _summary(exc: BaseException) -> str:

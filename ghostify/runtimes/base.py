@@ -69,7 +69,8 @@ class Runtime:
     library: str = ""  # the model card's ``library_name`` of its exports
     #: ``convert(onnx_file, graph_file)``: its graph from the checked ONNX graph (None: the ONNX graph is its graph)
     convert: Callable[[Path, Path], None] | None = None
-    #: ``quantize(graph_file, int8_file, calibration=[feeds...], keep=[node names])``: the int8 graph
+    #: ``quantize(graph_file, int8_file, calibration=[feeds...], keep={onnx node: [its output tensors]})``: the
+    #: int8 graph, the nodes ``keep`` names (of the ONNX graph it was made from) left in floating point
     quantize: Callable[..., None] | None = None
     #: ``load(graph_file, threads=None, precision=None, spinning=True) -> Session``; ``precision="f32"`` forces
     #: fp32 arithmetic where the runtime would pick a lower precision on this CPU

@@ -43,10 +43,10 @@ class OrtSession:
 
 
 def quantize_int8(source: Path, target: Path, *, calibration: Sequence[Mapping[str, Any]] = (),
-                  keep: Sequence[str] = ()) -> None:
+                  keep: Mapping[str, Sequence[str]] | Sequence[str] = ()) -> None:
     """ONNX Runtime dynamic quantisation (int8 weights, activations quantised at run time: ``calibration`` is
     not read), after the pre-processing ONNX Runtime recommends (symbolic shape inference and graph
-    optimisation); the nodes named in ``keep`` stay fp32 (its ``nodes_to_exclude``: pre-processing keeps names)."""
+    optimisation); the nodes ``keep`` names stay fp32 (its ``nodes_to_exclude``: pre-processing keeps names)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.shape_inference import quant_pre_process
 

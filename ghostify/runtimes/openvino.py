@@ -47,10 +47,11 @@ def convert(onnx_file: Path, graph: Path) -> None:
                             "model (--format onnx works)") from exc
 
 
-def quantize(source: Path, target: Path, *, calibration: Sequence[Mapping[str, Any]], keep: Sequence[str] = ()) -> None:
+def quantize(source: Path, target: Path, *, calibration: Sequence[Mapping[str, Any]],
+             keep: Mapping[str, Sequence[str]] | None = None) -> None:
     """NNCF post-training quantisation of the IR ``source`` (``nncf.quantize`` with the transformer preset:
     which operations run in int8 and the activations' ranges, from ``calibration``, one input batch each);
-    the nodes named in ``keep`` stay in floating point."""
+    the operations the ONNX nodes ``keep`` became stay in floating point."""
     import nncf
     import openvino
 
@@ -58,18 +59,38 @@ def quantize(source: Path, target: Path, *, calibration: Sequence[Mapping[str, A
         raise GhostifyError("OpenVINO int8 quantisation calibrates on examples of the task, and none were given; "
                             "pass --task (and --dataset) with --calibration-samples 1 or more")
     nncf.set_log_level(logging.ERROR)
-    scope = nncf.IgnoredScope(names=list(keep), validate=False) if keep else None
     try:
         # NNCF's progress bars write to stdout, which belongs to --json: they go to stderr
         with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
             warnings.simplefilter("ignore")
             model = openvino.Core().read_model(str(source))
+            names = kept_operations(model, keep or {})
+            if keep and not names:
+                raise GhostifyError(f"--keep-fp32 names ONNX nodes ({', '.join(keep)}) that OpenVINO's graph no longer "
+                                    "shows; please report this model")
+            scope = nncf.IgnoredScope(names=names) if names else None
             quantized = nncf.quantize(model, nncf.Dataset(list(calibration)), model_type=nncf.ModelType.TRANSFORMER,
                                       subset_size=len(calibration), **({"ignored_scope": scope} if scope else {}))
             openvino.save_model(quantized, str(target), compress_to_fp16=False)
+    except GhostifyError:
+        raise
     except Exception as exc:  # NNCF raises anything; say where it happened
         raise GhostifyError(f"NNCF int8 quantisation failed: {first_line(exc, 300)}; the fp32 export is fine "
                             "(drop --quantize)") from exc
+
+
+def kept_operations(model: Any, keep: Mapping[str, Sequence[str]]) -> list[str]:
+    """The operations of the IR ``model`` that the ONNX nodes ``keep`` became: named as the node (a ``Gemm`` is a
+    ``MatMul`` named ``NODE/WithoutBiases`` and an ``Add`` named ``NODE``), or computing one of its output
+    tensors (an operation that computes a graph output takes that output's name)."""
+    tensors = {t for outputs in keep.values() for t in outputs}
+    found = []
+    for op in model.get_ordered_ops():
+        name = op.get_friendly_name()
+        ours = any(name == node or name.startswith(node + "/") for node in keep)
+        if ours or any(tensors & set(output.get_names()) for output in op.outputs()):
+            found.append(name)
+    return found
 
 
 class OvSession:
