@@ -263,7 +263,7 @@ class ExportDefaults:
     """``ghostify export``."""
 
     format: str = "hf"
-    #: training examples a calibrated int8 quantisation (OpenVINO's NNCF) reads: NNCF's own default subset size
+    #: training examples a calibrated (static) int8 quantisation reads to set the activations' ranges
     calibration_samples: int = 300
 
 

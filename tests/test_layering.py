@@ -1,7 +1,7 @@
 """The import layering of ghostify, lowest first:
 
     errors (and helpers that import nothing else of ghostify: files, the settings dataclasses and
-    their flattening, heads, device) → architectures (facts about families) → method structure code
+    their flattening, heads, device, the latency model, the runtimes) → architectures (facts about families) → method structure code
     (the methods' modules, the registry through which a checkpoint rebuilds them, and the
     per-example loss that importance differentiates) → checkpoint (and tokenization, which reads
     configs) → export → data → training → tasks → augment (and testing) → steps → recipe / cli

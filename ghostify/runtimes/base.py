@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from ..errors import GhostifyError
 
-#: the suffix of a deployment that runs a runtime's int8 graph (``onnx-int8``, ``openvino-int8``)
+#: the suffix of a deployment that runs a runtime's int8 graph (``onnx-int8``)
 INT8 = "int8"
 
 
@@ -46,7 +46,7 @@ class Runtime:
     loaded, run and versioned. ``graph`` None: the runtime runs the checkpoint itself (PyTorch)."""
 
     name: str  # ``export --format NAME``, and the deployment (``--runtime NAME``) of its full-precision graph
-    title: str  # how messages and model cards name it: "ONNX Runtime", "OpenVINO"
+    title: str  # how messages and model cards name it: "ONNX Runtime"
     #: how messages name what its export holds ("an ONNX export", "ONNX model x.onnx does not exist")
     format_title: str
     summary: str  # one line for ``--help``: what the export writes
@@ -64,7 +64,7 @@ class Runtime:
     int8_summary: str = ""
     #: its int8 quantisation reads examples of the task (static quantisation): ``export`` needs ``--task``
     calibrated: bool = False
-    #: the files beside a graph that belong to it, by suffix (OpenVINO's weights: ``model.bin``)
+    #: the files beside a graph that belong to it, by suffix (a weights file ``model.bin`` beside ``model.xml``)
     companions: tuple[str, ...] = ()
     library: str = ""  # the model card's ``library_name`` of its exports
     #: ``convert(onnx_file, graph_file)``: its graph from the checked ONNX graph (None: the ONNX graph is its graph)

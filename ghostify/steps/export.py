@@ -67,7 +67,7 @@ def export(
     batches of other shapes), with ``quantize="int8"`` also its int8 copy, in which the modules
     ``keep_fp32`` names (module names, fnmatch patterns of them, e.g. ``("qa_outputs",)``, or the
     family-independent groups of ``settings.MODULE_GROUPS``, e.g. ``task-head``) stay in floating
-    point. A runtime whose int8 quantisation is calibrated (OpenVINO's NNCF) reads
+    point. A runtime whose int8 quantisation is calibrated (static int8) reads
     ``calibration_samples`` training examples of ``task`` on ``dataset`` (``text_columns``,
     ``label_column``, ``max_length`` as for training; no task: the one the checkpoint's history
     names). Either writes a ``README.md`` model card. ``push_to_hub="org/name"`` then uploads
