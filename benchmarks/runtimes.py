@@ -68,7 +68,7 @@ def export_all(args: argparse.Namespace, work: Path) -> list[tuple[str, Path, st
             rows.append((f"{runtime.title} fp32 (forced)", out / runtime.graph, "f32"))
             rows.append((f"{runtime.title} {reduced} (its default here)", out / runtime.graph, None))
         else:
-            rows.append((f"{runtime.title} fp32 (its default here: no bf16)", out / runtime.graph, None))
+            rows.append((f"{runtime.title} fp32", out / runtime.graph, None))
         if runtime.int8_graph:
             rows.append((f"{runtime.title} int8 ({runtime.int8_summary.split(':')[0].split(',')[0]})",
                          out / runtime.int8_graph, None))
@@ -125,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         + " ".join(sys.argv[1:] if argv is None else argv) + "`",
         "",
         f"Machine: {common.cpu_model()}, {os.cpu_count()} logical CPUs; CPU flags present: {', '.join(flags) or 'none listed'}"
-        + (f"; absent: {', '.join(missing)}" if missing else "") + f". {', '.join(versions)}. "
+        + (f"; absent: {', '.join(missing)}" if missing else "")
+        + ("" if "avx512_bf16" in flags or "amx_bf16" in flags else " (no bf16: every runtime computes fp32 here)")
+        + f". {', '.join(versions)}. "
         f"1-min load average {load_before[0]:.2f} before, {load_after[0]:.2f} after (other jobs shared the cores; on "
         "one thread CPU time leaves their share out).",
         "",

@@ -113,3 +113,15 @@ def test_a_graph_file_names_its_runtime(tmp_path, capsys):
             (tmp_path / chosen.name / chosen.int8_graph).write_text("")
             assert graph_of(tmp_path / chosen.name / chosen.int8_graph)[0].int8
     assert graph_of(tiny_checkpoint(tmp_path / "model", "bert")) is None  # a checkpoint runs in PyTorch
+
+
+def test_compress_refuses_a_runtime_it_cannot_ship_in_yet(tmp_path, capsys):
+    # compress's export stage writes ONNX graphs: a speed-up "in" another runtime would be ONNX Runtime's
+    from ghostify.cli.commands.compress import SHIPS_IN
+
+    source = tiny_checkpoint(tmp_path / "model", "bert")
+    for name in (n for n in deployment_names() if n not in SHIPS_IN):
+        code, _, err = run_cli(capsys, "compress", source, "-o", tmp_path / "c", "--task", "sst2", "--speedup", "2",
+                               "--runtime", name)
+        assert code != 0 and err.count("\n") == 1 and f"not '{name}' yet" in err
+    assert not (tmp_path / "c").exists()
