@@ -84,8 +84,8 @@ def export(
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise GhostifyError(f"--quantize {quantize!r} is not one of {', '.join(QUANTIZATIONS)}")
     if quantize is not None and (target is None or target.int8_graph is None):
-        formats = ", ".join(r.name for r in _int8_runtimes())
-        raise GhostifyError(f"--quantize {quantize} quantises an exported graph; add --format with one of {formats}")
+        formats = " or ".join(f"--format {r.name}" for r in _int8_runtimes())
+        raise GhostifyError(f"--quantize {quantize} quantises an exported graph; add {formats}")
     keep_fp32 = tuple(keep_fp32 or ())
     if any(not str(name).strip() for name in keep_fp32):  # `--keep-fp32 ''` is a mistake, not "none"
         raise GhostifyError(f"--keep-fp32 {','.join(keep_fp32)!r} names an empty module; give comma-separated module "
