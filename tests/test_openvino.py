@@ -48,7 +48,7 @@ def _worst(net: torch.nn.Module, graph: GraphModel, batch: dict[str, torch.Tenso
     got = graph(**batch)
     names = [n for n in ("logits", "last_hidden_state") if getattr(expected, n, None) is not None]
     mask = batch["attention_mask"].bool()
-    pick = (lambda t: t[mask] if t.shape[:2] == mask.shape else t)  # noqa: E731
+    pick = (lambda t: t[mask] if t.shape[:2] == mask.shape else t)
     worst = max(float(pick(getattr(got, n) - getattr(expected, n)).abs().max()) for n in names)
     return worst, max(float(pick(getattr(expected, n)).abs().max()) for n in names)
 

@@ -19,7 +19,6 @@ from ..export.runtime import GraphModel
 from ..runtimes import graph_of
 from ..settings import BenchDefaults
 
-
 #: what an allocation failure says, in PyTorch (CPU allocator), ONNX Runtime and C++ (bad_alloc)
 _OUT_OF_MEMORY = ("can't allocate memory", "not enough memory", "failed to allocate", "bad_alloc", "out of memory")
 

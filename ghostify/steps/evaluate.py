@@ -12,8 +12,8 @@ from ..data import load_split
 from ..data.tasks import PRESETS
 from ..errors import GhostifyError
 from ..export.runtime import GraphModel
-from ..runtimes import Target, graph_of
 from ..flatten import flat_settings
+from ..runtimes import Target, graph_of
 from ..settings import DEFAULT_DATASET, EVAL_BATCH_SIZE, DataSettings, TaskSettings
 from ..tasks import dataset_for
 from ..training.sharding import end_run, launched_engine, make_accelerator

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import copy
 import errno
-from dataclasses import replace
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 

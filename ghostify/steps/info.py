@@ -10,9 +10,9 @@ from torch.utils.flop_counter import FlopCounterMode
 from ..architectures import get_adapter
 from ..checkpoint import load_config, load_model, model_record
 from ..errors import GhostifyError
-from ..runtimes import graph_of
 from ..flops import measure
 from ..methods import measure_all, methods
+from ..runtimes import graph_of
 from ..settings import InfoDefaults
 from .common import max_tokens
 

@@ -8,7 +8,19 @@ from ...runtimes import graph_runtimes
 from ...settings import MODULE_GROUPS, DataSettings, ExportDefaults
 from ..app import app
 from ..console import err, print_json
-from ..options import Dataset, Json, LabelColumn, MaxLength, Model, Output, Overwrite, Task, TextColumns, split_columns, split_names
+from ..options import (
+    Dataset,
+    Json,
+    LabelColumn,
+    MaxLength,
+    Model,
+    Output,
+    Overwrite,
+    Task,
+    TextColumns,
+    split_columns,
+    split_names,
+)
 
 _FORMATS = "; ".join(f"{r.name}: {r.summary}" for r in graph_runtimes())
 _INT8 = "; ".join(f"--format {r.name}: {r.int8_graph}, {r.int8_summary}" for r in graph_runtimes() if r.int8_graph)
