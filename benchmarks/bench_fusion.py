@@ -162,10 +162,11 @@ def fuse(source: Path, target: Path) -> collections.Counter:
 
 def max_difference(a: Path, b: Path, config) -> float:
     """The largest difference of the two graphs' outputs on padded batches."""
-    from ghostify.export.onnx import example_batch, session_for
+    from ghostify.export.onnx import example_batch
+    from ghostify.runtimes.onnx import OrtSession
 
     inputs = ["input_ids", "attention_mask", "token_type_ids"]
-    first, second = session_for(a), session_for(b)
+    first, second = OrtSession(a).session, OrtSession(b).session
     worst = 0.0
     for batch in (example_batch(config, inputs, 3, 13, seed=1), example_batch(config, inputs, 5, 21, seed=3)):
         feeds = {k: v.numpy() for k, v in batch.items()}
@@ -179,7 +180,7 @@ def build(work: Path, layers: int, width: str) -> dict[str, Path]:
     """The four graphs of ``width``: unfused/fused x fp32/int8 (created once)."""
     from ghostify import steps
     from ghostify.checkpoint import load_model
-    from ghostify.export.onnx import quantize_int8
+    from ghostify.runtimes.onnx import quantize_int8
 
     dense = work / "12-12"
     if not dense.is_dir():
@@ -215,9 +216,9 @@ def build(work: Path, layers: int, width: str) -> dict[str, Path]:
 # ----- timing ----------------------------------------------------------------------------------
 def time_sessions(files: dict, batch: int, threads: int, rounds: int) -> dict:
     """Median CPU time and wall clock (ms) per forward pass of each file, taking turns."""
-    from ghostify.export.onnx import session_for
+    from ghostify.runtimes.onnx import OrtSession
 
-    sessions = {key: session_for(path, threads=threads, spinning=False) for key, path in files.items()}
+    sessions = {key: OrtSession(path, threads=threads, spinning=False).session for key, path in files.items()}
     data = common.random_batch(batch, 128, labels=False)
     feeds = {"input_ids": data["input_ids"].numpy(), "attention_mask": data["attention_mask"].numpy(),
              "token_type_ids": np.zeros_like(data["input_ids"].numpy())}

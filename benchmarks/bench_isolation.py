@@ -32,20 +32,20 @@ def main(argv=None) -> None:
     import ghostify.export.runtime as runtime
     from ghostify import steps
 
-    original = runtime.OnnxModel.__init__
+    original = runtime.GraphModel.__init__
     print(f"Machine: {common.machine_line(common.machine_info())}, load {os.getloadavg()[0]:.2f}\n")
     print("| worker threads between runs | sessions | threads | median wall ms | median CPU ms |\n|---|---|---|---|---|")
     for spinning in (True, False):
         # bench makes its sessions sleep; for the "spinning" rows force ORT's default back on
-        runtime.OnnxModel.__init__ = lambda self, path, spinning_=spinning, **kw: original(  # noqa: E731
-            self, path, **{**kw, "spinning": spinning_})
+        runtime.GraphModel.__init__ = lambda self, path, *a, spinning_=spinning, **kw: original(  # noqa: E731
+            self, path, *a, **{**kw, "spinning": spinning_})
         for models in (args.models[:1], args.models):
             for threads in (1, 2):
                 rows = steps.bench([str(m) for m in models], batch_size=args.batch_size, seq_len=args.seq_len,
                                    threads=threads, rounds=args.rounds, warmup=1)
                 print(f"| {'spinning' if spinning else 'sleeping'} | {len(models)} | {threads} | "
                       f"{rows[0]['median_ms']:.0f} | {rows[0]['cpu_median_ms']:.0f} |", flush=True)
-    runtime.OnnxModel.__init__ = original
+    runtime.GraphModel.__init__ = original
     del export_onnx
 
 

@@ -321,7 +321,7 @@ def classification_scores(model: Path, data: dict[str, Any], max_length: int) ->
 
     from ghostify.checkpoint import load_config
     from ghostify.data import load_split
-    from ghostify.export.runtime import OnnxModel, onnx_path
+    from ghostify.export.runtime import GraphModel, onnx_path
     from ghostify.settings import EVAL_BATCH_SIZE, DataSettings, TaskSettings
     from ghostify.steps.common import load_tokenizer
     from ghostify.steps.training_common import task_kind
@@ -335,7 +335,7 @@ def classification_scores(model: Path, data: dict[str, Any], max_length: int) ->
     rows = load_split(dataset_for(kind.preset, settings.dataset), kind.preset, kind.preset.validation_split)
     rows.task = kind.with_data(rows)
     evaluation = kind.evaluation(rows, load_tokenizer(directory))
-    net = OnnxModel(graph) if graph is not None else kind.load(model, role="model", need_trained_head=True).eval()
+    net = GraphModel(graph) if graph is not None else kind.load(model, role="model", need_trained_head=True).eval()
     predictions, labels = [], []
     with torch.no_grad():
         for batch in DataLoader(evaluation.rows, batch_size=EVAL_BATCH_SIZE, collate_fn=evaluation.collate):

@@ -27,6 +27,7 @@ from .flops import measure
 from .heads import architectures
 from .methods import methods
 from .record import PATH_ARGUMENTS, GhostifyRecord  # a local one is shown by its name, never its path
+from .runtimes import INT8, Usage, runtime
 from .units import human
 
 CARD_NAME = "README.md"
@@ -52,22 +53,27 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 @dataclass
 class CardFacts:
-    """What a card says, gathered by whoever writes the model (checkpoint, hf or ONNX export)."""
+    """What a card says, gathered by whoever writes the model (checkpoint, hf or a runtime's graph export)."""
 
     name: str  # how the snippets name the model: the directory's name, or the hub repository
     config: Any  # the model's transformers config (its head, family)
     record: GhostifyRecord
     size: dict[str, int] | None = None  # params, encoder_params, embedding_params, flops, seq_len
     training: dict[str, Any] | None = None  # training.json of the checkpoint (or of the one exported)
-    output: str = "checkpoint"  # checkpoint, hf or onnx
+    output: str = "checkpoint"  # checkpoint, hf or the runtime of a graph export (``ghostify.runtimes``: onnx, ...)
     code: bool = False  # hf export: loads through modeling_ghostify (trust_remote_code)
     sentence_transformers: bool = False  # the directory has a sentence-transformers layout
-    onnx_files: tuple[str, ...] = ()
-    onnx_inputs: tuple[str, ...] = ()
-    onnx_outputs: tuple[str, ...] = ()
-    onnx_fp32_modules: tuple[str, ...] = ()  # export --keep-fp32: modules the int8 graph keeps fp32
+    graph_files: tuple[str, ...] = ()
+    graph_inputs: tuple[str, ...] = ()
+    graph_outputs: tuple[str, ...] = ()
+    graph_fp32_modules: tuple[str, ...] = ()  # export --keep-fp32: modules the int8 graph keeps fp32
     #: each graph's largest difference from the PyTorch model's outputs (what the export measured on the graphs)
-    onnx_differences: dict[str, float] | None = None
+    graph_differences: dict[str, float] | None = None
+
+    @property
+    def graphs(self) -> bool:
+        """Whether it describes a runtime's graphs (not weights that transformers loads)."""
+        return self.output not in ("checkpoint", "hf")
     pushed: bool = False  # ``name`` is the hub repository it is pushed to
 
 
@@ -193,10 +199,10 @@ def tags(facts: CardFacts) -> list[str]:
     found += [m.tag for m in methods() if m.tag and m.present(facts.record)]
     if facts.sentence_transformers:
         found.append("sentence-transformers")
-    if facts.output == "onnx":
-        found.append("onnx")
-    if any("int8" in f for f in facts.onnx_files):
-        found.append("int8")
+    if facts.graphs:
+        found.append(facts.output)
+    if any(INT8 in f for f in facts.graph_files):
+        found.append(INT8)
     return found
 
 
@@ -240,11 +246,11 @@ def card_data(facts: CardFacts):
     from huggingface_hub import EvalResult, ModelCardData  # deferred: transformers brings it, slowly
 
     base = _first_model(facts.record)
-    library = ("onnx" if facts.output == "onnx" else
+    library = (runtime(facts.output).library if facts.graphs else
                "sentence-transformers" if facts.sentence_transformers else "transformers")
-    # the metrics training measured on the PyTorch model: an ONNX export's graphs were not scored (int8 changes
+    # the metrics training measured on the PyTorch model: a graph export's graphs were not scored (int8 changes
     # them), so its structured results would credit the graphs with numbers measured on another model
-    scores = metrics(facts.training) if facts.output != "onnx" else {}
+    scores = metrics(facts.training) if not facts.graphs else {}
     run = _training_run(facts.record)
     dataset = _shown("dataset", run["dataset"]) if run.get("dataset") else "unknown"
     task = str(run.get("task") or "validation")
@@ -273,7 +279,8 @@ def render(facts: CardFacts) -> str:
 def _title(facts: CardFacts) -> str:
     base = _first_model(facts.record)
     origin = f" from `{_shown('model', base)}`" if base else ""
-    what = {"checkpoint": "a ghostify checkpoint", "hf": "a Transformers export", "onnx": "an ONNX export"}[facts.output]
+    what = ({"checkpoint": "a ghostify checkpoint", "hf": "a Transformers export"}.get(facts.output)
+            or f"an export for {runtime(facts.output).title}")
     return (f"# {facts.name}\n\nA compressed `{facts.config.model_type}` model ({pipeline_tag(facts)}), made with "
             f"ghostify{origin}: {what}.")
 
@@ -311,8 +318,8 @@ def _size(facts: CardFacts) -> str:
 
 def _evaluation(facts: CardFacts) -> str:
     scores = metrics(facts.training)
-    if facts.output == "onnx":
-        return _onnx_evaluation(facts, scores)
+    if facts.graphs:
+        return _graph_evaluation(facts, scores)
     if not scores:
         return ""
     return (f"## Evaluation\n\nMeasured by ghostify during training on {_where_scored(facts)}.\n\n"
@@ -334,23 +341,23 @@ def _metrics_table(scores: dict[str, float]) -> str:
     return "| metric | value |\n|---|---|\n" + "\n".join(f"| {name} | {value:.4f} |" for name, value in scores.items())
 
 
-def _onnx_evaluation(facts: CardFacts, scores: dict[str, float]) -> str:
+def _graph_evaluation(facts: CardFacts, scores: dict[str, float]) -> str:
     """What was measured on the graphs (their outputs against the PyTorch model's), and the PyTorch model's
     scores as such: the graphs themselves were not scored on the task, and int8 changes what they predict."""
-    differences = facts.onnx_differences or {}
+    differences = facts.graph_differences or {}
     if not scores and not differences:
         return ""
     parts = ["## Evaluation"]
     if differences:
         listed = ", ".join(f"`{graph}` {value:.1e}" for graph, value in differences.items())
         int8 = (" (int8: its quantisation error, which can change predictions)"
-                if any("int8" in g for g in differences) else "")
+                if any(INT8 in g for g in differences) else "")
         parts.append("Measured on the graphs when they were exported: their outputs against the PyTorch model's on "
                      f"batches of several sizes, lengths and padding; the largest difference: {listed}{int8}.")
     if scores:
         run = _training_run(facts.record)
-        graphs = facts.onnx_files or ("model.onnx",)
-        graph = next((g for g in graphs if "int8" in g), graphs[0])
+        graphs = facts.graph_files or (runtime(facts.output).graph,)
+        graph = next((g for g in graphs if INT8 in g), graphs[0])
         command = f"`ghostify eval {facts.name}/{graph}" + (
             f" --task {run['task']}`" if run.get("task") not in (None, "custom") else
             "` with the data options it was trained with (`--dataset`, `--text-columns`, `--label-column`)")
@@ -369,8 +376,8 @@ def _usage(facts: CardFacts) -> str:
                 f'model = ghostify.load_model("{name}")\ntokenizer = AutoTokenizer.from_pretrained("{name}")\n```\n\n'
                 f"Without ghostify: `ghostify export {name} -o {name}-hf` writes a copy that loads with "
                 f"`{auto}.from_pretrained(..., trust_remote_code=True)`, and `--format onnx` one for ONNX Runtime.")
-    if facts.output == "onnx":
-        return _onnx_usage(facts)
+    if facts.graphs:
+        return _graph_usage(facts)
     trust = ", trust_remote_code=True" if facts.code else ""
     why = ("`trust_remote_code=True` runs the structure code shipped beside the weights (`modeling_ghostify.py` and "
            "the `ghostify_*.py` files it imports; they need torch and transformers only, not ghostify)."
@@ -387,24 +394,15 @@ def _usage(facts: CardFacts) -> str:
     return text
 
 
-def _onnx_usage(facts: CardFacts) -> str:
-    name = facts.name
-    feeds = ", ".join(f'"{i}": batch["{i}"]' for i in facts.onnx_inputs)
-    kept = f"; fp32: {', '.join(f'`{m}`' for m in facts.onnx_fp32_modules)}" if facts.onnx_fp32_modules else ""
-    files = "\n".join(f"- `{f}`" + (f" (int8 weights, ONNX Runtime dynamic quantisation{kept})" if "int8" in f else " (fp32)")
-                      for f in facts.onnx_files)
-    outputs = ", ".join(f"`{o}`" for o in facts.onnx_outputs)
-    graph = facts.onnx_files[0] if facts.onnx_files else "model.onnx"
-    fetch, path = (("from huggingface_hub import hf_hub_download\n", f'hf_hub_download("{name}", "{graph}")')
-                   if facts.pushed else ("", f'"{name}/{graph}"'))
-    local = "" if facts.pushed else (f"\n\nWith ghostify: `ghostify eval {name}/{graph} --task ...` and "
-                                     f"`ghostify bench {name}/{graph}` run the graph.")
-    return (f"## Usage\n\nWith ONNX Runtime (dynamic batch and sequence axes; outputs {outputs}):\n\n{files}\n\n"
-            f"```python\nimport onnxruntime\n{fetch}from transformers import AutoTokenizer\n\n"
-            f'tokenizer = AutoTokenizer.from_pretrained("{name}")\n'
-            f"session = onnxruntime.InferenceSession({path})\n"
-            f'batch = tokenizer(["A sentence."], return_tensors="np")\n'
-            f"outputs = session.run(None, {{{feeds}}})\n```{local}")
+def _graph_usage(facts: CardFacts) -> str:
+    """The runtime's own usage text, and ghostify's commands that run the graph."""
+    graphs = runtime(facts.output)
+    text = graphs.usage(Usage(name=facts.name, files=facts.graph_files, inputs=facts.graph_inputs,
+                              outputs=facts.graph_outputs, pushed=facts.pushed, fp32_modules=facts.graph_fp32_modules))
+    graph = facts.graph_files[0] if facts.graph_files else graphs.graph
+    local = "" if facts.pushed else (f"\n\nWith ghostify: `ghostify eval {facts.name}/{graph} --task ...` and "
+                                     f"`ghostify bench {facts.name}/{graph}` run the graph.")
+    return f"## Usage\n\n{text}{local}"
 
 
 # ----------------------------------------------------------------------------------------------

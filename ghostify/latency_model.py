@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from .errors import GhostifyError
+from .runtimes import DEFAULT_DEPLOYMENT, deployment_names, target
 from .settings import BenchDefaults
 
-#: the runtimes a deployment can target: ONNX Runtime with int8 weights, ONNX Runtime fp32, eager PyTorch
-RUNTIMES = ("onnx-int8", "onnx", "pytorch")
+#: the deployments a latency model can describe: every runtime's graphs (``ghostify.runtimes``), the default first
+RUNTIMES = deployment_names()
 #: the JSON layout of a latency model; a newer one is refused. Format 2 adds what each cost saves per residual
 #: channel removed (``per_channel``); a format-1 file predicts the full hidden size only
 LATENCY_FORMAT = 2
@@ -35,15 +36,14 @@ class Deployment:
     """The deployment being targeted: which runtime runs the model, on how many sequences of how many
     tokens at once, with how many threads."""
 
-    runtime: str = RUNTIMES[0]
+    runtime: str = DEFAULT_DEPLOYMENT
     # the same defaults as ``ghostify bench``, which measures the same thing
     batch_size: int = BenchDefaults.batch_size
     seq_len: int = BenchDefaults.seq_len
     threads: int = BenchDefaults.threads
 
     def check(self) -> None:
-        if self.runtime not in RUNTIMES:
-            raise GhostifyError(f"unknown --runtime {self.runtime!r}; choose one of {', '.join(RUNTIMES)}")
+        target(self.runtime)  # one line for a name no runtime serves
         for name, value in (("--batch-size", self.batch_size), ("--seq-len", self.seq_len), ("--threads", self.threads)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise GhostifyError(f"{name} {value!r} must be a whole number of at least 1")

@@ -313,6 +313,8 @@ class ExportDefaults:
     """``ghostify export``."""
 
     format: str = "hf"
+    #: training examples a calibrated (static) int8 quantisation reads to set the activations' ranges
+    calibration_samples: int = 300
 
 
 #: ``export --keep-fp32`` names for the parts every family has, resolved through its adapter, so one

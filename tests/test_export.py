@@ -174,10 +174,10 @@ def test_onnx_export_matches_pytorch_on_other_shapes(tmp_path, family, variant):
     result = steps.export(source, tmp_path / "onnx", format="onnx")
     assert result["max_difference"] <= 1e-4 and result["outputs"] == ["logits"]
     # the export's own check used these batches; check independently on yet another padding pattern
-    from ghostify.export.runtime import OnnxModel
+    from ghostify.export.runtime import GraphModel
 
     net = load_model(source)
-    graph = OnnxModel(tmp_path / "onnx" / "model.onnx")
+    graph = GraphModel(tmp_path / "onnx" / "model.onnx")
     batch = example_batch(net.config, input_names(net), 4, 17, seed=9)
     batch["attention_mask"][0, 3:] = 0
     with torch.no_grad():
@@ -281,16 +281,16 @@ def test_bench_sessions_do_not_busy_wait_between_turns(tmp_path, monkeypatch):
     source = _chain(tmp_path, "bert", "stock")
     steps.export(source, tmp_path / "onnx", format="onnx")
     made = []
-    original = runtime.OnnxModel.__init__
+    original = runtime.GraphModel.__init__
 
-    def spy(self, path, **kwargs):
-        original(self, path, **kwargs)
-        made.append(self.session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning"))
+    def spy(self, path, *args, **kwargs):
+        original(self, path, *args, **kwargs)
+        made.append(self.session.session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning"))
 
-    monkeypatch.setattr(runtime.OnnxModel, "__init__", spy)
+    monkeypatch.setattr(runtime.GraphModel, "__init__", spy)
     steps.bench([tmp_path / "onnx"], rounds=1, warmup=0, seq_len=16, threads=2)
     assert made == ["0"]
     monkeypatch.undo()
-    default = runtime.OnnxModel(tmp_path / "onnx" / "model.onnx", threads=2).session.get_session_options()
+    default = runtime.GraphModel(tmp_path / "onnx" / "model.onnx", threads=2).session.session.get_session_options()
     with pytest.raises(RuntimeError, match="does not have configuration"):  # ORT's default: spinning
         default.get_session_config_entry("session.intra_op.allow_spinning")

@@ -1,7 +1,7 @@
 """The import layering of ghostify, lowest first:
 
     errors (and helpers that import nothing else of ghostify: files, the settings dataclasses and
-    their flattening, heads, device) → architectures (facts about families) → method structure code
+    their flattening, heads, device, the latency model, the runtimes) → architectures (facts about families) → method structure code
     (the methods' modules, the registry through which a checkpoint rebuilds them, and the
     per-example loss that importance differentiates) → checkpoint (and tokenization, which reads
     configs) → export → data → training → tasks → augment (and testing) → steps → recipe / cli
@@ -50,7 +50,8 @@ PACKAGE = Path(find_spec(ROOT).origin).parent  # without importing it
 #: likes, and it is the modules below that may not import it).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("errors", ("ghostify.errors", "ghostify.version", "ghostify.console", "ghostify.units", "ghostify.files",
-                "ghostify.settings", "ghostify.latency_model", "ghostify.flatten", "ghostify.heads", "ghostify.device")),
+                "ghostify.settings", "ghostify.latency_model", "ghostify.flatten", "ghostify.heads", "ghostify.device",
+                "ghostify.runtimes")),
     ("architectures", ("ghostify.architectures",)),
     ("structure", ("ghostify.record", "ghostify.seeding", "ghostify.flops", "ghostify.attention", "ghostify.methods",
                    "ghostify.example_loss")),

@@ -204,7 +204,7 @@ def test_eval_counts_texts_and_windows(long_world, capsys):
 def test_onnx_eval_pools_like_pytorch(long_world, tmp_path):
     pytest.importorskip("onnxruntime")
     from ghostify.checkpoint import load_model
-    from ghostify.export.runtime import OnnxModel
+    from ghostify.export.runtime import GraphModel
 
     steps.export(long_world / "reg", tmp_path / "onnx", format="onnx")
     for chunks in ("mean", "max"):
@@ -224,7 +224,7 @@ def test_onnx_eval_pools_like_pytorch(long_world, tmp_path):
             kind, split = _kind(long_world, chunks, dataset)
             tokenizer = _tokenizer(long_world)
             eager = load_model(model, head="sequence-classification").eval()
-            torch.testing.assert_close(_pooled(kind, split, tokenizer, OnnxModel(Path(graph) / "model.onnx"))[0],
+            torch.testing.assert_close(_pooled(kind, split, tokenizer, GraphModel(Path(graph) / "model.onnx"))[0],
                                        _pooled(kind, split, tokenizer, eager)[0], atol=1e-4, rtol=1e-4)
 
 

@@ -18,8 +18,11 @@ from ..files import check_input_file, check_not_a_file, check_source
 
 
 def _source(value: Any) -> None:
-    """A checkpoint, or (``eval``, ``bench``) an export directory or an ONNX file."""
-    check_source(value, "ONNX model" if str(value).endswith(".onnx") else "checkpoint")
+    """A checkpoint, or (``eval``, ``bench``) an export directory or a runtime's graph file."""
+    from ..runtimes import graph_runtimes  # declarations only: no runtime is imported
+
+    graphs = next((r for r in graph_runtimes() if str(value).endswith(r.suffix)), None)
+    check_source(value, f"{graphs.format_title} model" if graphs is not None else "checkpoint")
 
 
 def _sources(values: Iterable[Any]) -> None:

@@ -1,4 +1,5 @@
-"""``ghostify export --format onnx [--quantize int8]``: the model as an ONNX graph for ONNX Runtime.
+"""The model as an ONNX graph: ONNX Runtime's graph (``export --format onnx``), and what every other graph
+runtime converts to its own (``ghostify.runtimes``); then the runtime's int8 graph, each checked.
 
 Exported with torch's dynamo exporter (``torch.onnx.export(..., dynamo=True)``) and dynamic batch
 and sequence axes: the TorchScript exporter bakes the example's shapes into the graph, and
@@ -6,7 +7,8 @@ Optimum's exporter does not support transformers 5. Inputs are ``input_ids``, ``
 and, where the model uses them, ``token_type_ids``; outputs are the head's (``logits``;
 ``start_logits``/``end_logits``), or for an encoder without a head ``last_hidden_state`` and, when
 it is a sentence-transformers model, its pooled ``sentence_embedding``. Every export is checked
-against PyTorch on batches of other sizes, lengths and padding than the example it was traced on.
+against PyTorch, in the runtime it is for, on batches of other sizes, lengths and padding than the
+example it was traced on.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from __future__ import annotations
 import fnmatch
 import inspect
 import logging
+import tempfile
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,28 +29,13 @@ from torch import nn
 from ..architectures import get_adapter
 from ..errors import GhostifyError, Terminated
 from ..pooling import Pooling
+from ..runtimes import Runtime
 from ..settings import MODULE_GROUPS
 
-ONNX_NAME = "model.onnx"
-INT8_NAME = "model_int8.onnx"
-#: the largest difference from PyTorch an fp32 export may show on the check batches
+#: the largest difference from PyTorch a full-precision export may show on the check batches (fp32 arithmetic)
 TOLERANCE = 1e-4
 #: outputs of a model with a head, in the order they are exported
 HEAD_OUTPUTS = ("logits", "start_logits", "end_logits")
-EXTRA = "pip install 'ghostify[export]'"
-
-
-def require_onnx() -> None:
-    """Refuse early, in one line, when the export extra is missing."""
-    missing = [name for name in ("onnx", "onnxruntime", "onnxscript") if not _importable(name)]
-    if missing:
-        raise GhostifyError(f"ONNX export needs {', '.join(missing)}, which are not installed; run {EXTRA}")
-
-
-def _importable(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(name) is not None
 
 
 def input_names(model: nn.Module) -> list[str]:
@@ -104,52 +93,72 @@ def example_batch(config: Any, inputs: list[str], batch: int, length: int, *, se
 
 
 @dataclass
-class OnnxExport:
+class GraphExport:
     inputs: list[str]
     outputs: list[str]
-    max_difference: float  # fp32 graph vs PyTorch, over the check batches
+    max_difference: float  # the full-precision graph (fp32 arithmetic) vs PyTorch, over the check batches
     int8_difference: float | None = None  # int8 graph vs PyTorch (information: quantisation error)
     files: list[str] = field(default_factory=list)
     kept_fp32: list[str] = field(default_factory=list)  # graph nodes that --keep-fp32 left out of int8
+    #: the precision the runtime computes the full-precision graph in by default on this CPU where it is not fp32
+    #: ("bf16"), and that graph's difference from PyTorch then (information: what ships)
+    reduced_precision: str | None = None
+    reduced_difference: float | None = None
 
 
-def write_onnx(model: nn.Module, directory: Path, *, pooling: Pooling | None, quantize: str | None,
-               keep_fp32: tuple[str, ...] = ()) -> OnnxExport:
-    """Export ``model`` to ``directory/model.onnx`` (and ``model_int8.onnx``), checked; the modules
-    that ``keep_fp32`` names (see :func:`resolve_keep_fp32`) stay fp32 in the int8 graph."""
-    require_onnx()
+def write_graph(model: nn.Module, directory: Path, runtime: Runtime, *, pooling: Pooling | None, quantize: str | None,
+                keep_fp32: tuple[str, ...] = (), calibration: Sequence[Mapping[str, Any]] = ()) -> GraphExport:
+    """Export ``model`` to ``runtime``'s graph in ``directory`` (and its int8 graph), checked: the ONNX graph
+    first (which is ONNX Runtime's graph, and what other runtimes convert); the modules that ``keep_fp32`` names
+    (see :func:`resolve_keep_fp32`) stay in floating point in the int8 graph, which a calibrated runtime
+    quantises on ``calibration`` (input batches)."""
+    runtime.require(export=True)
     inputs = input_names(model)
     graph = _Graph(model.eval(), inputs, pooling).eval()
-    example = example_batch(model.config, inputs, 2, 8, seed=0)
+    with tempfile.TemporaryDirectory(prefix="ghostify-onnx-") as scratch:
+        onnx_file = directory / runtime.graph if runtime.convert is None else Path(scratch) / "model.onnx"
+        write_onnx(graph, onnx_file)
+        kept = nodes_of_modules(onnx_file, keep_fp32) if quantize == "int8" else []
+        keep = node_outputs(onnx_file, kept)  # a converted graph may rename a node: its outputs find it
+        if runtime.convert is not None:
+            runtime.convert(onnx_file, directory / runtime.graph)
+    path = directory / runtime.graph
+    result = GraphExport(inputs=inputs, outputs=list(graph.outputs), max_difference=0.0, files=[runtime.graph],
+                         kept_fp32=kept)
+    result.max_difference = compare(graph, path, inputs, runtime, precision="f32")
+    if result.max_difference > TOLERANCE:
+        raise GhostifyError(f"the {runtime.title} graph differs from PyTorch by {result.max_difference:.2e} (more than "
+                            f"{TOLERANCE:g}) on batches of other shapes than the export example; please report this model")
+    result.reduced_precision = runtime.reduced_precision()
+    if result.reduced_precision is not None:
+        result.reduced_difference = compare(graph, path, inputs, runtime)
+    if quantize == "int8":
+        runtime.quantize(path, directory / runtime.int8_graph, calibration=calibration, keep=keep)
+        result.int8_difference = compare(graph, directory / runtime.int8_graph, inputs, runtime)
+        result.files.append(runtime.int8_graph)
+    return result
+
+
+def write_onnx(graph: _Graph, path: Path) -> None:
+    """The ONNX graph of ``graph`` at ``path``, with dynamic batch and sequence axes."""
+    example = example_batch(graph.model.config, graph.inputs, 2, 8, seed=0)
     batch_dim, sequence_dim = torch.export.Dim("batch"), torch.export.Dim("sequence")
-    dynamic = {name: {0: batch_dim, 1: sequence_dim} for name in inputs}
+    dynamic = {name: {0: batch_dim, 1: sequence_dim} for name in graph.inputs}
     with torch.no_grad():
         graph(*example.values())  # names the outputs
-    path = directory / ONNX_NAME
     # the exporter logs a warning per torchvision operator it cannot register; they are not ours
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         try:
             torch.onnx.export(graph, tuple(example.values()), str(path), dynamo=True, dynamic_shapes=dynamic,
-                              input_names=inputs, output_names=list(graph.outputs), verbose=False,
+                              input_names=graph.inputs, output_names=list(graph.outputs), verbose=False,
                               # one file, as ONNX Runtime's quantiser expects, unless protobuf's 2 GB limit forbids
-                              external_data=_bytes(model) > 1_800_000_000)
+                              external_data=_bytes(graph.model) > 1_800_000_000)
         except Exception as exc:  # the exporter's errors are pages long; the first line says what failed
             raise GhostifyError(f"torch.onnx.export failed for this model: {_summary(exc)}; "
                                 "set GHOSTIFY_DEBUG=1 for the exporter's full report") from exc
     Terminated.raise_if_arrived()  # the exporter catches broadly: a Ctrl-C during it may have been swallowed
-    result = OnnxExport(inputs=inputs, outputs=list(graph.outputs), max_difference=0.0, files=[ONNX_NAME])
-    result.max_difference = compare(graph, path, inputs)
-    if result.max_difference > TOLERANCE:
-        raise GhostifyError(f"the ONNX graph differs from PyTorch by {result.max_difference:.2e} (more than {TOLERANCE:g}) "
-                            "on batches of other shapes than the export example; please report this model")
-    if quantize == "int8":
-        result.kept_fp32 = nodes_of_modules(path, keep_fp32)
-        quantize_int8(path, directory / INT8_NAME, keep=result.kept_fp32)
-        result.int8_difference = compare(graph, directory / INT8_NAME, inputs)
-        result.files.append(INT8_NAME)
-    return result
 
 
 def _bytes(model: nn.Module) -> int:
@@ -163,30 +172,22 @@ def check_batches(model: nn.Module, inputs: list[str]) -> list[dict[str, torch.T
 
 
 @torch.no_grad()
-def compare(graph: _Graph, path: Path, inputs: list[str]) -> float:
-    """The largest absolute difference between ONNX Runtime and PyTorch over the check batches."""
-    session = session_for(path)
+def compare(graph: _Graph, path: Path, inputs: list[str], runtime: Runtime, *, precision: str | None = None) -> float:
+    """The largest absolute difference between ``runtime`` running ``path`` (at ``precision``; None: the
+    runtime's default on this CPU) and PyTorch over the check batches, at the real tokens of per-token outputs
+    (what a model computes at padding is no output: ModernBERT's differs between runtimes)."""
+    session = runtime.load(path, precision=precision)
     worst = 0.0
     for batch in check_batches(graph.model, inputs):
         expected = graph(*batch.values())
-        got = session.run(None, {k: v.numpy() for k, v in batch.items()})
+        got = session.run({k: v.numpy() for k, v in batch.items()})
+        mask = batch["attention_mask"].bool()
         for e, g in zip(expected, got, strict=True):
-            worst = max(worst, float((torch.from_numpy(g) - e).abs().max()))
+            difference = (torch.from_numpy(g) - e).abs()
+            if difference.shape[:2] == mask.shape:  # one value (or vector) per token
+                difference = difference[mask]
+            worst = max(worst, float(difference.max()))
     return worst
-
-
-def session_for(path: Path, *, threads: int | None = None, spinning: bool = True) -> Any:
-    """An ONNX Runtime CPU session of ``path``; ``spinning=False`` lets its worker threads sleep as soon
-    as a run ends (``bench``: sessions that take turns must not busy-wait beside the one running)."""
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    if threads:
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-    if not spinning:
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def module_group(model: nn.Module, group: str) -> list[str]:
@@ -243,38 +244,15 @@ def nodes_of_modules(path: Path, patterns: tuple[str, ...]) -> list[str]:
     return found
 
 
-def quantize_int8(source: Path, target: Path, *, keep: list[str] | tuple[str, ...] = ()) -> None:
-    """ONNX Runtime dynamic quantisation (int8 weights, activations quantised at run time), after
-    the pre-processing ONNX Runtime recommends (symbolic shape inference and graph optimisation);
-    the nodes named in ``keep`` stay fp32 (its ``nodes_to_exclude``: pre-processing keeps names)."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    prepared = target.with_name(target.stem + ".prep.onnx")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            # ONNX shape inference and graph optimisation; the symbolic shape inference cannot follow
-            # the dynamo exporter's symbolic dimensions and adds nothing for dynamic quantisation
-            quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
-            quantize_dynamic(str(prepared), str(target), weight_type=QuantType.QInt8,
-                             nodes_to_exclude=[*_grouped_convolutions(prepared), *keep])
-    except Exception as exc:  # ONNX Runtime's tools raise anything; say where it happened
-        raise GhostifyError(f"ONNX Runtime int8 quantisation failed: {_summary(exc)}; the fp32 export is fine "
-                            "(drop --quantize)") from exc
-    finally:
-        prepared.unlink(missing_ok=True)
-
-
-def _grouped_convolutions(path: Path) -> list[str]:
-    """The grouped ``Conv`` nodes (depthwise ghost modules), which stay fp32: as ``ConvInteger``
-    they would lose ONNX Runtime's blocked-layout kernel, its fused ReLU and the reorders that
-    replace their transposes, and quantising a 3-tap kernel saves nothing worth its error."""
+def node_outputs(path: Path, nodes: Sequence[str]) -> dict[str, list[str]]:
+    """The output tensors of each of ``nodes`` in the ONNX graph ``path``, by node name."""
+    if not nodes:
+        return {}
     import onnx
 
-    model = onnx.load(str(path), load_external_data=False)
-    return [node.name for node in model.graph.node if node.op_type == "Conv" and node.name
-            and any(a.name == "group" and a.i > 1 for a in node.attribute)]
+    wanted = set(nodes)
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return {node.name: list(node.output) for node in graph.node if node.name in wanted}
 
 
 def _summary(exc: BaseException) -> str:

@@ -15,18 +15,18 @@ from ..architectures import get_adapter, usable_positions
 from ..checkpoint import load_config, load_model
 from ..errors import GhostifyError
 from ..export.onnx import example_batch, input_names
-from ..export.runtime import OnnxModel, onnx_path
+from ..export.runtime import GraphModel
+from ..runtimes import graph_of
 from ..settings import BenchDefaults
-
 
 #: what an allocation failure says, in PyTorch (CPU allocator), ONNX Runtime and C++ (bad_alloc)
 _OUT_OF_MEMORY = ("can't allocate memory", "not enough memory", "failed to allocate", "bad_alloc", "out of memory")
 
 
 def _config(model: str | os.PathLike):
-    """The config of a checkpoint, or of an ONNX graph (the config.json its export directory holds)."""
-    graph = onnx_path(model)
-    return load_config(graph.parent if graph is not None else model)
+    """The config of a checkpoint, or of an exported graph (the config.json its export directory holds)."""
+    found = graph_of(model)
+    return load_config(found[1].parent if found is not None else model)
 
 
 def check_positions(model: str | os.PathLike, config, seq_len: int) -> None:
@@ -66,8 +66,8 @@ def check_memory(model: str | os.PathLike, config, batch: int, length: int) -> N
     available = available_memory()
     if available is None:
         return
-    # ONNX Runtime, and families that compute attention themselves, materialise the score matrix
-    scores = onnx_path(model) is not None or not get_adapter(config).uses_attention_interface
+    # graph runtimes, and families that compute attention themselves, materialise the score matrix
+    scores = graph_of(model) is not None or not get_adapter(config).uses_attention_interface
     need = activation_bytes(config, batch, length, scores=scores)
     if need <= available:
         return
@@ -97,15 +97,19 @@ def guarded(model: str | os.PathLike, batch: int, length: int, call: Callable[[]
                             "use a smaller --batch-size or --seq-len") from exc
 
 
-def runner_for(model: str | os.PathLike, batch: int, length: int, threads: int) -> tuple[str, Callable[[], Any]]:
-    """What ``model`` is ("pytorch" or "onnx") and a call that runs one forward pass on a fixed batch."""
-    graph = onnx_path(model)
-    if graph is not None:
+def runner_for(model: str | os.PathLike, batch: int, length: int, threads: int,
+               precision: str | None = None) -> tuple[str, Callable[[], Any]]:
+    """What runs ``model`` ("pytorch", "onnx", "onnx (int8)", ...: ``Target.label``) and a call that runs one
+    forward pass on a fixed batch; a graph at ``precision`` (None: its runtime's default on this CPU)."""
+    found = graph_of(model)
+    if found is not None:
+        target, graph = found
         # no busy-waiting between runs: the models take turns, and an idle session's spinning threads
         # would compete with the running one (2 threads, batch 32, six int8 sessions: 602 -> 553 ms)
-        session = OnnxModel(graph, threads=threads, spinning=False)
-        feeds = example_batch(load_config(graph.parent), session.inputs, batch, length, seed=0, padded=False)
-        return "onnx (int8)" if "int8" in graph.name else "onnx", lambda: session(**feeds)
+        net = GraphModel(graph, target, threads=threads, precision=precision, spinning=False)
+        feeds = example_batch(load_config(graph.parent), net.inputs, batch, length, seed=0, padded=False)
+        session, arrays = net.session, {k: v.numpy() for k, v in feeds.items()}
+        return target.label, lambda: session.run(arrays)
     return "pytorch", module_runner(load_model(model).eval(), batch, length)
 
 
@@ -146,7 +150,7 @@ def bench(
     rounds: int = BenchDefaults.rounds,
     warmup: int = BenchDefaults.warmup,
 ) -> list[dict[str, Any]]:
-    """Median latency of each of ``models`` (checkpoints, export directories, ``.onnx`` files) over
+    """Median latency of each of ``models`` (checkpoints, export directories, graph files) over
     ``rounds`` rounds, the models taking turns within each round (so that a slower or busier
     moment of the machine hits them all alike), and the speed-up against the first model.
 

@@ -11,8 +11,9 @@ from ..console import err
 from ..data import load_split
 from ..data.tasks import PRESETS
 from ..errors import GhostifyError
-from ..export.runtime import OnnxModel, onnx_path
+from ..export.runtime import GraphModel
 from ..flatten import flat_settings
+from ..runtimes import Target, graph_of
 from ..settings import DEFAULT_DATASET, EVAL_BATCH_SIZE, DataSettings, TaskSettings
 from ..tasks import dataset_for
 from ..training.sharding import end_run, launched_engine, make_accelerator
@@ -44,7 +45,8 @@ def evaluate(
     from torch.utils.data import DataLoader
 
     check_positive(batch_size=batch_size)
-    graph = onnx_path(model)  # an export of `ghostify export --format onnx`: run in ONNX Runtime
+    found = graph_of(model)  # a graph `ghostify export --format ...` wrote: run in its runtime
+    graph = found[1] if found is not None else None
     directory = graph.parent if graph is not None else model
     if data.task is None and data.text_columns is None and not any(task_settings.columns().values()):
         data = _task_from_history(model, directory, data)
@@ -57,7 +59,7 @@ def evaluate(
     preset = kind.with_data(rows)
     rows.task = preset
     tokenizer = load_tokenizer(directory)
-    net = load_onnx_model(graph, kind, preset) if graph is not None else \
+    net = load_graph_model(graph, found[0], kind, preset) if found is not None else \
         kind.load(model, role="model", need_trained_head=True)
     evaluation = kind.evaluation(rows, tokenizer)
     accelerator, partial_type = make_accelerator()  # under a launch: its process group (a recipe's stages share it)
@@ -109,15 +111,17 @@ def _task_from_history(model: str | os.PathLike, directory: str | os.PathLike, d
 
 
 #: the graph outputs each task kind's evaluation reads (the embeddings kind pools hidden states itself)
-ONNX_OUTPUTS = {"classification": ("logits",), "tokens": ("logits",), "qa": ("start_logits", "end_logits")}
+GRAPH_OUTPUTS = {"classification": ("logits",), "tokens": ("logits",), "qa": ("start_logits", "end_logits")}
 
 
-def load_onnx_model(graph, kind, preset) -> OnnxModel:
-    """An exported model's graph, checked against the task like a checkpoint's head is: a sentence
-    classifier, a token classifier or an extractive-QA model, with the outputs its evaluation reads."""
-    if kind.name not in ONNX_OUTPUTS:
-        raise GhostifyError(f"eval of an ONNX export runs classification, token classification and QA; evaluate the "
-                            f"{preset.name} task on the checkpoint the export was made from ({graph.parent})")
+def load_graph_model(graph, target: Target, kind, preset) -> GraphModel:
+    """An exported model's graph in its runtime, at the runtime's default precision on this CPU (what ships),
+    checked against the task like a checkpoint's head is: a sentence classifier, a token classifier or an
+    extractive-QA model, with the outputs its evaluation reads."""
+    if kind.name not in GRAPH_OUTPUTS:
+        raise GhostifyError(f"eval of an {target.runtime.format_title} export runs classification, token classification and "
+                            f"QA; evaluate the {preset.name} task on the checkpoint the export was made from "
+                            f"({graph.parent})")
     labels = kind.head_labels(load_config(graph.parent))
     if labels is None:
         raise GhostifyError(f"{graph} was exported from a model without a {kind.noun} head; export the fine-tuned model "
@@ -126,8 +130,8 @@ def load_onnx_model(graph, kind, preset) -> OnnxModel:
     if wanted and labels != wanted:
         raise GhostifyError(f"model {graph} predicts {labels} labels but task {preset.name} has "
                             f"{wanted}; use a model for this task")
-    net = OnnxModel(graph)
-    missing = [name for name in ONNX_OUTPUTS[kind.name] if name not in net.outputs]
+    net = GraphModel(graph, target)
+    missing = [name for name in GRAPH_OUTPUTS[kind.name] if name not in net.outputs]
     if missing:
         raise GhostifyError(f"{graph} has no {', '.join(missing)} output (outputs: {', '.join(net.outputs)}); export a "
                             f"model with a {kind.noun} head")

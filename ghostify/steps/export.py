@@ -1,4 +1,5 @@
-"""``ghostify export``: a compressed model that runs without ghostify (Transformers, ONNX Runtime)."""
+"""``ghostify export``: a compressed model that runs without ghostify (Transformers, or a runtime of
+``ghostify.runtimes``: ONNX Runtime, ...)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +19,24 @@ import torch
 
 from ..card import CardFacts, check_card, model_size, read_training, write_card
 from ..checkpoint import load_config, load_model, model_record, read_record
+from ..console import err
+from ..data import load_split
 from ..errors import GhostifyError
 from ..export.hf import QUIET_TRANSFORMERS, WITHOUT_GHOSTIFY, drop_auto_map, write_hf
-from ..export.onnx import INT8_NAME, ONNX_NAME, example_batch, input_names, require_onnx, resolve_keep_fp32, write_onnx
-from ..export.runtime import onnx_path
+from ..export.onnx import example_batch, input_names, resolve_keep_fp32, write_graph
 from ..files import atomic_directory, check_output_dir, copy_tokenizer
 from ..hub import hub_target, push_folder
 from ..methods import export_refusals
 from ..pooling import Pooling, export_layout_source, read_modules
-from ..settings import ExportDefaults
+from ..runtimes import INT8, Runtime, graph_of, runtime
+from ..settings import DEFAULT_DATASET, DataSettings, ExportDefaults, TaskSettings
+from ..tasks import dataset_for
+from ..tokenization import check_max_length, load_tokenizer
+from .evaluate import recorded_task
+from .training_common import task_kind
 
-FORMATS = ("hf", "onnx")
-QUANTIZATIONS = ("int8",)
+#: what --quantize can ask for (of a runtime that has an int8 graph)
+QUANTIZATIONS = (INT8,)
 #: the largest difference from ghostify's own loading an hf export may show
 HF_TOLERANCE = 1e-5
 
@@ -40,6 +48,12 @@ def export(
     format: str = ExportDefaults.format,
     quantize: str | None = None,
     keep_fp32: tuple[str, ...] | None = None,
+    task: str | None = None,
+    dataset: str = DataSettings.dataset,
+    text_columns: tuple[str, ...] | None = None,
+    label_column: str | None = None,
+    max_length: int = DataSettings.max_length,
+    calibration_samples: int = ExportDefaults.calibration_samples,
     push_to_hub: str | None = None,
     private: bool = False,
     revision: str | None = None,
@@ -48,11 +62,15 @@ def export(
 ) -> dict[str, Any]:
     """Write ``model`` so that it runs without ghostify, and check that it computes what ghostify
     computes: ``format="hf"`` loads with ``AutoModel...from_pretrained(output, trust_remote_code=True)``
-    (checked in a fresh process where ghostify cannot be imported); ``format="onnx"`` runs in ONNX
-    Runtime (checked on batches of other shapes), with ``quantize="int8"`` also a dynamically
-    quantised copy, in which the modules ``keep_fp32`` names (module names, fnmatch patterns of
-    them, e.g. ``("qa_outputs",)``, or the family-independent groups of
-    ``settings.MODULE_GROUPS``, e.g. ``task-head``) stay fp32. Either writes a ``README.md`` model card. ``push_to_hub="org/name"`` then uploads
+    (checked in a fresh process where ghostify cannot be imported); ``format="onnx"`` (or another
+    runtime of ``ghostify.runtimes``) writes that runtime's graph (checked against PyTorch in fp32 on
+    batches of other shapes), with ``quantize="int8"`` also its int8 copy, in which the modules
+    ``keep_fp32`` names (module names, fnmatch patterns of them, e.g. ``("qa_outputs",)``, or the
+    family-independent groups of ``settings.MODULE_GROUPS``, e.g. ``task-head``) stay in floating
+    point. A runtime whose int8 quantisation is calibrated (static int8) reads
+    ``calibration_samples`` training examples of ``task`` on ``dataset`` (``text_columns``,
+    ``label_column``, ``max_length`` as for training; no task: the one the checkpoint's history
+    names). Either writes a ``README.md`` model card. ``push_to_hub="org/name"`` then uploads
     the finished directory as one commit (``private``: a new repository is private; ``revision``: a
     branch; ``token``: default HF_TOKEN or the saved login), checked before the export starts.
     Returns what was written, the largest differences measured and where it was pushed.
@@ -62,25 +80,30 @@ def export(
         >>> export("runs/quick/06-final", "runs/quick/onnx", format="onnx", quantize="int8")  # doctest: +SKIP
         >>> export("runs/quick/06-final", "runs/quick/hf", push_to_hub="my-org/minilm-ghost")  # doctest: +SKIP
     """
-    if format not in FORMATS:
-        raise GhostifyError(f"--format {format!r} is not one of {', '.join(FORMATS)}")
+    target = runtime(format) if format != "hf" else None  # one line for a format no runtime writes
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise GhostifyError(f"--quantize {quantize!r} is not one of {', '.join(QUANTIZATIONS)}")
-    if quantize is not None and format != "onnx":
-        raise GhostifyError(f"--quantize {quantize} quantises an ONNX graph; add --format onnx")
+    if quantize is not None and (target is None or target.int8_graph is None):
+        formats = " or ".join(f"--format {r.name}" for r in _int8_runtimes())
+        raise GhostifyError(f"--quantize {quantize} quantises an exported graph; add {formats}")
     keep_fp32 = tuple(keep_fp32 or ())
     if any(not str(name).strip() for name in keep_fp32):  # `--keep-fp32 ''` is a mistake, not "none"
         raise GhostifyError(f"--keep-fp32 {','.join(keep_fp32)!r} names an empty module; give comma-separated module "
                             "names or patterns (e.g. task-head, '*.output.dense'), or leave "
                             "--keep-fp32 out")
-    if keep_fp32 and quantize != "int8":
+    if keep_fp32 and quantize != INT8:
         raise GhostifyError(f"--keep-fp32 {','.join(keep_fp32)} keeps modules out of int8 quantisation; add "
                             "--format onnx --quantize int8, or drop it")
-    if format == "onnx":
-        require_onnx()
-    if onnx_path(model) is not None:
-        raise GhostifyError(f"{model} is an ONNX export, which export cannot read back; export the checkpoint it was "
-                            "made from")
+    calibrated = target is not None and quantize == INT8 and target.calibrated
+    if calibrated and (isinstance(calibration_samples, bool) or not isinstance(calibration_samples, int)
+                       or calibration_samples < 1):
+        raise GhostifyError(f"--calibration-samples {calibration_samples!r} must be a whole number of at least 1")
+    if target is not None:
+        target.require(export=True)
+    found = graph_of(model)
+    if found is not None:
+        raise GhostifyError(f"{model} is an {found[0].runtime.format_title} export, which export cannot read back; export the "
+                            "checkpoint it was made from")
     record = read_record(load_config(model))
     refusals = export_refusals(record, format) if record is not None else []
     if refusals:  # a method whose structure the format cannot carry
@@ -93,9 +116,14 @@ def export(
     if push_to_hub is None and (private or revision is not None or token is not None):
         raise GhostifyError("--private, --revision and --token go with --push-to-hub ORG/NAME; add it or drop them")
     hub = hub_target(push_to_hub, private=private, revision=revision, token=token) if push_to_hub else None
-    pooling = Pooling.read(origin) if origin is not None and format == "onnx" else None
+    pooling = Pooling.read(origin) if origin is not None and target is not None else None
+    data = DataSettings(task=task, dataset=dataset, text_columns=text_columns, label_column=label_column,
+                        max_length=max_length)
+    # the examples are read before the model: a dataset that does not fit the task is refused first
+    examples = _calibration_rows(model, data, calibration_samples) if calibrated else None
     net = load_model(model)
     kept_modules = resolve_keep_fp32(net, keep_fp32)
+    calibration = examples(input_names(net)) if examples is not None else []
     result: dict[str, Any] = {"model": str(model), "output": str(out), "format": format, "class": type(net).__name__}
     facts = CardFacts(name=push_to_hub or out.name, config=net.config, record=model_record(net), size=model_size(net),
                       training=read_training(Path(model)), output=format, pushed=push_to_hub is not None)
@@ -111,25 +139,71 @@ def export(
                 raise GhostifyError(f"the exported model differs from ghostify's by {result['max_difference']:.2e} "
                                     f"(more than {HF_TOLERANCE:g}); please report this model")
         else:
-            written_onnx = write_onnx(net, tmp, pooling=pooling, quantize=quantize, keep_fp32=kept_modules)
+            written = write_graph(net, tmp, target, pooling=pooling, quantize=quantize, keep_fp32=kept_modules,
+                                  calibration=calibration)
             config = copy.deepcopy(net.config)
             drop_auto_map(config)
             config.save_pretrained(tmp)  # labels and sizes, for `ghostify eval` and users
             copy_tokenizer(model, tmp)
-            facts.onnx_files, facts.onnx_inputs, facts.onnx_outputs = (tuple(written_onnx.files), tuple(written_onnx.inputs),
-                                                                       tuple(written_onnx.outputs))
-            facts.onnx_fp32_modules = keep_fp32 if quantize == "int8" else ()
-            facts.onnx_differences = {graph: difference for graph, difference in (
-                (ONNX_NAME, written_onnx.max_difference), (INT8_NAME, written_onnx.int8_difference))
-                if graph in written_onnx.files and difference is not None}
+            facts.graph_files, facts.graph_inputs, facts.graph_outputs = (tuple(written.files), tuple(written.inputs),
+                                                                          tuple(written.outputs))
+            facts.graph_fp32_modules = keep_fp32 if quantize == INT8 else ()
+            facts.graph_differences = {graph: difference for graph, difference in (
+                (target.graph, written.max_difference), (target.int8_graph, written.int8_difference))
+                if graph in written.files and difference is not None}
             check_card(write_card(tmp, facts))
-            result.update(inputs=written_onnx.inputs, outputs=written_onnx.outputs, files=written_onnx.files,
-                          max_difference=written_onnx.max_difference, int8_difference=written_onnx.int8_difference)
+            result.update(runtime=target.name, inputs=written.inputs, outputs=written.outputs,
+                          files=[f for graph in written.files for f in target.files(graph)],
+                          max_difference=written.max_difference, int8_difference=written.int8_difference)
+            if written.reduced_precision is not None:  # what ships on this CPU: the runtime's default arithmetic
+                result["precision"] = {"name": written.reduced_precision, "difference": written.reduced_difference}
+            if calibrated:
+                result["calibration_samples"] = len(calibration)
             if keep_fp32:
-                result["kept_fp32"] = written_onnx.kept_fp32
+                result["kept_fp32"] = written.kept_fp32
     if hub is not None:  # the finished export, as one commit: the local directory stays complete either way
         result["pushed"] = push_folder(out, hub, message=f"ghostify export --format {format} of {Path(str(model)).name}")
     return result
+
+
+def _int8_runtimes() -> list[Runtime]:
+    from ..runtimes import graph_runtimes
+
+    return [r for r in graph_runtimes() if r.int8_graph is not None]
+
+
+def _calibration_rows(model: str | os.PathLike, data: DataSettings, samples: int):
+    """A seeded random subset of ``samples`` training examples of ``data``'s task, encoded as training encodes
+    them; returns a function of the graph's input names that makes them one input batch each (numpy), unpadded,
+    as a deployment feeds them. No task named: the one the checkpoint's history names."""
+    if data.task is None and data.text_columns is None:
+        found = recorded_task(model)
+        if found is None:
+            raise GhostifyError("--quantize int8 of this runtime calibrates on training examples of the model's task, "
+                                f"and {model}'s history names none: pass --task (and --dataset)")
+        task, dataset = found
+        data = replace(data, task=task, dataset=data.dataset if data.dataset != DEFAULT_DATASET else dataset)
+        err.print(f"export: calibrating on task {task} of {data.dataset}, from the history of {model} (pass --task to "
+                  "choose another)")
+    kind = task_kind(data, TaskSettings())
+    dataset = dataset_for(kind.preset, data.dataset)
+    check_max_length(data.max_length, model)
+    kind.for_model(load_config(model))
+    rows = load_split(dataset, kind.preset, "train", max_samples=samples, require_labels=False)
+    kind.with_data(rows)
+    tokenizer = load_tokenizer(model)
+    encoded = kind.encode(rows, tokenizer)
+    collate = kind.collator(tokenizer)
+
+    def batches(inputs: list[str]) -> list[dict[str, Any]]:
+        made = []
+        for i in range(min(samples, len(encoded))):
+            batch = kind.inputs(collate([encoded[i]]))
+            batch.setdefault("token_type_ids", 0 * batch["input_ids"])  # one segment, where the tokenizer gives none
+            made.append({name: batch[name].numpy() for name in inputs})
+        return made
+
+    return batches
 
 
 _CHECK = WITHOUT_GHOSTIFY + QUIET_TRANSFORMERS + textwrap.dedent("""
@@ -205,4 +279,4 @@ def check_hf(net: torch.nn.Module, directory: Path, auto_name: str, *, code: boo
     return float(json.loads(result.stdout.strip().splitlines()[-1])["max_difference"])
 
 
-__all__ = ["FORMATS", "QUANTIZATIONS", "check_hf", "export"]
+__all__ = ["QUANTIZATIONS", "check_hf", "export"]

@@ -10,10 +10,9 @@ from torch.utils.flop_counter import FlopCounterMode
 from ..architectures import get_adapter
 from ..checkpoint import load_config, load_model, model_record
 from ..errors import GhostifyError
-from ..export.onnx import ONNX_NAME
-from ..export.runtime import onnx_path
 from ..flops import measure
 from ..methods import measure_all, methods
+from ..runtimes import graph_of
 from ..settings import InfoDefaults
 from .common import max_tokens
 
@@ -28,7 +27,7 @@ def info(model: str | os.PathLike, *, seq_len: int = InfoDefaults.seq_len) -> di
     Example:
         >>> info("out/pruned")["flops"]  # doctest: +SKIP
     """
-    _refuse_onnx(model)
+    _refuse_graph(model)
     _check_seq_len(model, seq_len)
     net = load_model(model)
     record = model_record(net)
@@ -61,14 +60,16 @@ def report_size(model: str | os.PathLike, seq_len: int = InfoDefaults.seq_len) -
     return info(model, seq_len=min(seq_len, max_tokens(load_config(model))))
 
 
-def _refuse_onnx(model: str | os.PathLike) -> None:
-    """An ONNX export holds a graph, not the weights info counts: say what it is and what reads it."""
-    graph = onnx_path(model)
-    if graph is None:
+def _refuse_graph(model: str | os.PathLike) -> None:
+    """A graph export holds a graph, not the weights info counts: say what it is and what reads it."""
+    found = graph_of(model)
+    if found is None:
         return
-    directory = graph.parent
-    graphs = ", ".join(sorted(p.name for p in directory.glob("*.onnx"))) if graph.name == ONNX_NAME else graph.name
-    raise GhostifyError(f"{model} is an ONNX export ({graphs}), which info cannot read: `ghostify eval {model} --task ...` "
+    (target, graph), directory = found, found[1].parent
+    graphs = (", ".join(sorted(p.name for p in directory.glob(f"*{target.runtime.suffix}")))
+              if graph.name == target.runtime.graph else graph.name)
+    raise GhostifyError(f"{model} is an {target.runtime.format_title} export ({graphs}), which info cannot read: "
+                        f"`ghostify eval {model} --task ...` "
                         f"and `ghostify bench {model}` run on it; for its size and structure, run `ghostify info` on "
                         "the checkpoint it was exported from")
 

@@ -27,18 +27,18 @@ from typing import Any
 import torch
 
 from ..architectures import get_adapter
-from ..checkpoint import _auto_class, load_config, read_record, save_checkpoint
+from ..checkpoint import _auto_class, load_config, load_model, read_record, save_checkpoint
 from ..errors import GhostifyError
-from ..export.onnx import INT8_NAME, ONNX_NAME
+from ..export.onnx import example_batch, input_names, write_graph
 from ..files import atomic_directory, check_output_dir, held_lock, write_text_atomically
 from ..latency_model import LATENCY_FILE, ChannelCosts, Deployment, Geometry, LatencyModel
 from ..methods import channel_origin
 from ..methods.hidden import cut_hidden, refusal
 from ..methods.pruning import dense_record, model_geometry, prune_model
 from ..record import RECORD_KEY, GhostifyRecord
+from ..runtimes import INT8, Target, target
 from ..settings import BenchDefaults, LatencyDefaults
 from .bench import check_memory, check_positions, guarded, module_runner, runner_for, take_turns
-from .export import export
 
 #: the environment variable naming ghostify's cache directory (else ``$XDG_CACHE_HOME/ghostify``, else
 #: ``~/.cache/ghostify``)
@@ -89,6 +89,7 @@ def latency(
     say = progress or (lambda line: None)
     deployment = Deployment(runtime=runtime, batch_size=batch_size, seq_len=seq_len, threads=threads)
     deployment.check()
+    target(runtime).runtime.require(export=True)  # one line naming the extra, before anything is read
     for name, value, least in (("--rounds", rounds, 1), ("--warmup", warmup, 0), ("--seed", seed, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise GhostifyError(f"{name} {value!r} must be a whole number of at least {least}")
@@ -261,19 +262,40 @@ def _distinct_layers(config: Any) -> int:
 
 
 def _prepared(config: Any, shape: Shape, deployment: Deployment, seed: int, scratch: Path) -> Callable[[], Any]:
-    """One forward pass of ``shape``'s model on a fixed batch, in the deployment's runtime (an ONNX
-    model is exported with ``ghostify export`` into ``scratch``)."""
+    """One forward pass of ``shape``'s model on a fixed batch, in the deployment's runtime (a graph is exported,
+    checked, into ``scratch``, beside the config that running it reads)."""
     net, record = build(config, shape, seed)
     batch, length = deployment.batch_size, deployment.seq_len
-    if deployment.runtime == "pytorch":
+    chosen = target(deployment.runtime)
+    if chosen.graph is None:
         run = module_runner(net, batch, length)
     else:
-        checkpoint, onnx = scratch / "checkpoint", scratch / "onnx"
-        save_checkpoint(net, checkpoint, record)
-        export(checkpoint, onnx, format="onnx", quantize="int8" if deployment.runtime == "onnx-int8" else None)
-        graph = onnx / (INT8_NAME if deployment.runtime == "onnx-int8" else ONNX_NAME)
+        graph = _exported(net, record, chosen, scratch, calibration_length=length)
         _, run = guarded(shape.name, batch, length, lambda: runner_for(graph, batch, length, deployment.threads))
     return lambda: guarded(shape.name, batch, length, run)
+
+
+#: input batches a calibrated int8 quantisation of a probe reads: random ids (the probes' weights are random too;
+#: what is timed is which operations run in int8, not how well they are calibrated)
+PROBE_CALIBRATION = 8
+
+
+def _exported(net: torch.nn.Module, record: GhostifyRecord, chosen: Target, scratch: Path, *,
+              calibration_length: int) -> Path:
+    """``net`` (loaded back from its checkpoint, as ``export`` reads a model) written as ``chosen``'s graph in
+    ``scratch``; the path of the graph that runs."""
+    checkpoint, graphs = scratch / "checkpoint", scratch / "graphs"
+    save_checkpoint(net, checkpoint, record)
+    model = load_model(checkpoint)
+    graphs.mkdir()
+    names = input_names(model)
+    calibration = [{k: v.numpy() for k, v in example_batch(model.config, names, 1, calibration_length, seed=i,
+                                                             padded=False).items()}
+                   for i in range(PROBE_CALIBRATION)] if chosen.int8 and chosen.runtime.calibrated else []
+    write_graph(model, graphs, chosen.runtime, pooling=None, quantize=INT8 if chosen.int8 else None,
+                calibration=calibration)
+    load_config(checkpoint).save_pretrained(graphs)  # what bench reads of a graph: its vocabulary, its token types
+    return graphs / chosen.graph
 
 
 # ---- the fit -------------------------------------------------------------------------------------
@@ -321,17 +343,11 @@ def cache_dir() -> Path:
 
 
 def machine_key(runtime: str) -> str:
-    """This machine as far as a latency model goes: the CPU, how many, and the versions of what runs it."""
+    """This machine as far as a latency model goes: the CPU, how many, and the versions of what runs the
+    deployment ``runtime`` (its runtime's version string: a new version is measured again)."""
     cpu = _cpu_model() or platform.processor() or platform.machine() or "unknown CPU"
-    versions = [f"torch {torch.__version__}"]  # eager PyTorch, or the exporter that wrote the graph
-    if runtime == "pytorch":
-        import transformers  # deferred with the models
-
-        versions.append(f"transformers {transformers.__version__}")
-    else:
-        import onnxruntime  # ghostify export checked it is installed before any of this runs
-
-        versions.append(f"onnxruntime {onnxruntime.__version__}")
+    # eager PyTorch, or the exporter that wrote the graph, and the runtime's own
+    versions = dict.fromkeys([f"torch {torch.__version__}", *target(runtime).versions()])
     return f"{cpu} x {os.cpu_count()}; " + ", ".join(versions)
 
 

@@ -5,6 +5,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from ...runtimes import graph_suffixes
 from ...settings import BenchDefaults
 from ..app import app
 from ..console import out, print_json
@@ -17,10 +18,10 @@ from ..options import Json
     "ghostify bench out/dense out/pruned --batch-size 32 --threads 2 --json",
 )
 def bench(
-    models: Annotated[list[str], typer.Argument(help="Checkpoints, export directories or .onnx files; the first is the baseline.", show_default=False)],
+    models: Annotated[list[str], typer.Argument(help="Checkpoints, export directories or graph files (" + ", ".join(graph_suffixes()) + "); the first is the baseline.", show_default=False)],
     batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per forward pass.")] = BenchDefaults.batch_size,
     seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence (no padding); at most what every model can read.")] = BenchDefaults.seq_len,
-    threads: Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch and ONNX Runtime.")] = BenchDefaults.threads,
+    threads: Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch and the graph runtimes.")] = BenchDefaults.threads,
     rounds: Annotated[int, typer.Option("--rounds", help="Timed forward passes per model, the models taking turns.")] = BenchDefaults.rounds,
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed forward passes per model first.")] = BenchDefaults.warmup,
     json_output: Json = False,

@@ -24,7 +24,7 @@ def latency(
     runtime: Annotated[str, typer.Option("--runtime", help=f"What runs the model: {', '.join(RUNTIMES)}.")] = Deployment.runtime,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per forward pass.")] = Deployment.batch_size,
     seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence (no padding).")] = Deployment.seq_len,
-    threads: Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch and ONNX Runtime.")] = Deployment.threads,
+    threads: Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch and the graph runtimes.")] = Deployment.threads,
     rounds: Annotated[int, typer.Option("--rounds", help="Timed forward passes per probe model, the models taking turns.")] = BenchDefaults.rounds,
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed forward passes per probe model first.")] = BenchDefaults.warmup,
     refresh: Annotated[bool, typer.Option("--refresh", help="Measure again even when this machine's cache has the model.")] = False,

@@ -1,0 +1,127 @@
+"""The runtime registry (issue 47): every runtime is one module of ``ghostify.runtimes``, found there by the
+registry; a deployment name maps to its runtime and graph; a runtime whose package is missing is refused in one
+line naming its extra; latency models of different runtimes (and runtime versions) are measured and cached apart.
+These tests go over every registered runtime, so a new one is checked without a line here."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import pytest
+
+from ghostify import steps
+from ghostify.latency_model import RUNTIMES, Deployment, LatencyModel
+from ghostify.runtimes import DEFAULT_DEPLOYMENT, deployment_names, graph_of, graph_runtimes, runtimes, target
+from ghostify.testing import tiny_checkpoint, write_toy_dataset
+
+from .conftest import run_cli
+
+GRAPHS = [r.name for r in graph_runtimes()]
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GHOSTIFY_CACHE", str(tmp_path / "cache"))
+
+
+def test_every_module_of_the_package_is_a_registered_runtime():
+    from pathlib import Path
+
+    import ghostify.runtimes as package
+
+    modules = sorted(p.stem for p in Path(package.__file__).parent.glob("*.py") if p.stem not in ("__init__", "base"))
+    assert sorted(r.name for r in runtimes()) == modules  # a runtime is named as its module
+    assert RUNTIMES == deployment_names() and RUNTIMES[0] == DEFAULT_DEPLOYMENT == Deployment().runtime
+    for name in deployment_names():  # each name is one runtime's full-precision or int8 graph
+        chosen = target(name)
+        assert chosen.name == name and name in chosen.runtime.deployments
+        assert chosen.graph == (chosen.runtime.int8_graph if chosen.int8 else chosen.runtime.graph)
+    assert len(set(deployment_names())) == len(deployment_names())
+    assert len({r.suffix for r in graph_runtimes()}) == len(graph_runtimes())  # a graph file names its runtime
+
+
+def test_an_unknown_runtime_is_one_line(tmp_path, capsys):
+    source = tiny_checkpoint(tmp_path / "model", "bert")
+    code, _, err = run_cli(capsys, "latency", source, "--runtime", "tpu-int4")
+    assert code != 0 and err.count("\n") == 1 and "unknown --runtime 'tpu-int4'" in err
+    assert all(name in err for name in deployment_names())
+    code, _, err = run_cli(capsys, "export", source, "-o", tmp_path / "x", "--format", "tpu")
+    assert code != 0 and err.count("\n") == 1 and "--format 'tpu'" in err and all(name in err for name in GRAPHS)
+
+
+@pytest.mark.parametrize("name", [r.name for r in runtimes() if r.extra])
+def test_a_missing_extra_is_refused_in_one_line(tmp_path, capsys, monkeypatch, name):
+    chosen = target(name).runtime
+    source = tiny_checkpoint(tmp_path / "model", "bert")
+    # an export directory of this runtime, as bench and eval find it (its graph is never read)
+    export = tmp_path / "export"
+    shutil.copytree(source, export)
+    (export / chosen.graph).write_text("graph")
+    for package in (*chosen.packages, *chosen.export_packages):  # as if never installed: importing it fails
+        monkeypatch.setitem(sys.modules, package, None)
+    install = f'pip install "ghostify[{chosen.extra}]"'
+    data = write_toy_dataset(tmp_path / "data", train=8, validation=8)
+    for args in (["export", source, "-o", tmp_path / "out", "--format", name],
+                 ["latency", source, "--runtime", name],
+                 ["bench", export, "--rounds", "1", "--seq-len", "8"],
+                 ["eval", export / chosen.graph, "--dataset", data, "--text-columns", "sentence", "--label-column", "label"]):
+        code, _, err = run_cli(capsys, *args)
+        assert code != 0 and err.count("\n") == 1 and install in err and chosen.title in err, (args, err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_latency_models_are_cached_per_runtime_and_version(tmp_path, monkeypatch):
+    measured = []
+
+    def fake_measure(config, geometry, deployment, machine, **_):  # what is cached, not how long it took
+        measured.append((deployment.runtime, machine))
+        return LatencyModel(geometry, deployment, machine, base_ms=1.0, layer_ms=1.0, head_ms=0.1,
+                            neuron_ms=0.001 * len(measured))
+
+    monkeypatch.setattr(sys.modules["ghostify.steps.latency"], "measure", fake_measure)
+    source = tiny_checkpoint(tmp_path / "model", "bert")
+    installed = [n for n in deployment_names() if not target(n).runtime.missing(export=True)]
+    first = {n: steps.latency(source, runtime=n, seq_len=16) for n in installed}
+    assert [runtime for runtime, _ in measured] == installed  # one measurement each: none reads another's
+    for name in installed:  # each machine key names its runtime's versions
+        assert all(version in measured[installed.index(name)][1] for version in target(name).versions())
+    again = {n: steps.latency(source, runtime=n, seq_len=16) for n in installed}
+    assert len(measured) == len(installed) and again == first  # then each is read back from its own entry
+    files = sorted((tmp_path / "cache" / "latency").glob("*.json"))
+    assert len(files) == len(installed)
+    assert sorted(json.loads(f.read_text())["deployment"]["runtime"] for f in files) == sorted(installed)
+    # a new version of the runtime is another machine as far as timings go: measured again
+    import transformers
+
+    monkeypatch.setattr(transformers, "__version__", "0.0-test")  # PyTorch's runtime runs transformers' modeling code
+    steps.latency(source, runtime="pytorch", seq_len=16)
+    assert len(measured) == len(installed) + 1 and "transformers 0.0-test" in measured[-1][1]
+
+
+def test_a_graph_file_names_its_runtime(tmp_path, capsys):
+    for chosen in graph_runtimes():
+        missing = tmp_path / f"gone{chosen.suffix}"
+        code, _, err = run_cli(capsys, "bench", missing)
+        assert code != 0 and err.count("\n") == 1 and f"{chosen.format_title} model {missing} does not exist" in err
+        (tmp_path / chosen.name).mkdir()
+        (tmp_path / chosen.name / chosen.graph).write_text("")
+        found, graph = graph_of(tmp_path / chosen.name)
+        assert (found.runtime, found.int8, graph.name) == (chosen, False, chosen.graph)
+        if chosen.int8_graph:
+            (tmp_path / chosen.name / chosen.int8_graph).write_text("")
+            assert graph_of(tmp_path / chosen.name / chosen.int8_graph)[0].int8
+    assert graph_of(tiny_checkpoint(tmp_path / "model", "bert")) is None  # a checkpoint runs in PyTorch
+
+
+def test_compress_refuses_a_runtime_it_cannot_ship_in_yet(tmp_path, capsys):
+    # compress's export stage writes ONNX graphs: a speed-up "in" another runtime would be ONNX Runtime's
+    from ghostify.cli.commands.compress import SHIPS_IN
+
+    source = tiny_checkpoint(tmp_path / "model", "bert")
+    for name in (n for n in deployment_names() if n not in SHIPS_IN):
+        code, _, err = run_cli(capsys, "compress", source, "-o", tmp_path / "c", "--task", "sst2", "--speedup", "2",
+                               "--runtime", name)
+        assert code != 0 and err.count("\n") == 1 and f"not '{name}' yet" in err
+    assert not (tmp_path / "c").exists()
