@@ -85,8 +85,9 @@ def on_target(monkeypatch):
 
     def measure(dense, compressed, deployment, rounds, **kwargs):
         model = Path(compressed)
-        latency = next(p for p in model.parent.iterdir() if p.name.endswith("-latency"))
-        m = predicted_speedup(model, latency) if (model / "config.json").is_file() else 1.0
+        stages = next(p for p in model.parents if any(q.name.endswith("-latency") for q in p.iterdir()))
+        latency = next(p for p in stages.iterdir() if p.name.endswith("-latency"))
+        m = predicted_speedup(model, latency) if (model / "config.json").is_file() else 1.2  # a graph: as targeted
         return {"clock": "cpu", "dense_ms": m, "compressed_ms": 1.0, "measured": m, "measured_low": m,
                 "measured_high": m, "rounds": rounds, "wall_ms": {"dense": m, "compressed": 1.0},
                 "cpu_ms": {"dense": m, "compressed": 1.0}}
@@ -151,3 +152,17 @@ def test_bad_stage_and_budget_settings_are_one_line(world, tmp_path, capsys, ext
     code, _, err = run_cli(capsys, *_args(world, tmp_path / "out", "--speedup", "1.5", *extra))
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "out").exists()
+
+
+def test_compress_ships_in_openvino_int8(world, tmp_path, capsys, fixed_latency, on_target):
+    """The export stage is the runtime's own (OpenVINO's IR, NNCF int8 calibrated on the task's examples), and the
+    shipped graph is scored and timed in it."""
+    pytest.importorskip("openvino")
+    pytest.importorskip("nncf")
+    out = tmp_path / "out"
+    args = [a for a in _args(world, out, "--speedup", "1.2", "--budget", "none") if a not in ("--runtime", "pytorch")]
+    code, _, err = run_cli(capsys, *args, "--runtime", "openvino-int8")
+    assert code == 0, err
+    report = json.loads((out / "report.json").read_text())
+    assert report["shipped"].endswith("openvino/model_int8.xml") and Path(report["shipped"]).is_file()
+    assert report["shipped_metrics"]["accuracy"] >= 0

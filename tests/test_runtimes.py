@@ -115,13 +115,22 @@ def test_a_graph_file_names_its_runtime(tmp_path, capsys):
     assert graph_of(tiny_checkpoint(tmp_path / "model", "bert")) is None  # a checkpoint runs in PyTorch
 
 
-def test_compress_refuses_a_runtime_it_cannot_ship_in_yet(tmp_path, capsys):
-    # compress's export stage writes ONNX graphs: a speed-up "in" another runtime would be ONNX Runtime's
-    from ghostify.cli.commands.compress import SHIPS_IN
+def test_compress_ships_in_every_runtime(tmp_path):
+    """compress's export stage is the target runtime's, and its shipped graph the one that runtime runs."""
+    from ghostify.latency_model import Deployment
+    from ghostify.recipe.compress import compress_recipe
+    from ghostify.settings import BUDGETS
 
-    source = tiny_checkpoint(tmp_path / "model", "bert")
-    for name in (n for n in deployment_names() if n not in SHIPS_IN):
-        code, _, err = run_cli(capsys, "compress", source, "-o", tmp_path / "c", "--task", "sst2", "--speedup", "2",
-                               "--runtime", name)
-        assert code != 0 and err.count("\n") == 1 and f"not '{name}' yet" in err
-    assert not (tmp_path / "c").exists()
+    for name in deployment_names():
+        chosen = target(name)
+        raw = compress_recipe("model", speedup=2, deployment=Deployment(runtime=name), budget=BUDGETS["quick"],
+                              data={"task": "sst2"}, ghosts=False, teacher="${model}", seed=0)
+        stages = {next(iter(s)): s[next(iter(s))] for s in raw["stages"] if next(iter(s)) == "export"}
+        if chosen.graph is None:
+            assert stages["export"]["when"] is False
+            continue
+        assert stages["export"]["format"] == chosen.runtime.name and stages["export"]["when"] is True
+        assert stages["export"].get("quantize") == ("int8" if chosen.int8 else None)
+        shipped = next(s["eval"] for s in raw["stages"] if "eval" in s and s["eval"].get("output") == "shipped-eval")
+        assert shipped["model"] == f"${{{chosen.runtime.name}}}/{chosen.graph}"
+

@@ -35,6 +35,7 @@ from ..errors import GhostifyError
 from ..files import check_disjoint, output_lock, write_text_atomically
 from ..flatten import flat_settings
 from ..latency_model import RUNTIMES, Deployment
+from ..runtimes import target
 from ..settings import BUDGETS, Budget, CompressDefaults, DataSettings, TaskSettings
 from ..steps import latency as measure_latency
 from ..steps.fidelity import SEARCH, UNIFORM, candidate_settings, choose_allocation
@@ -135,7 +136,7 @@ class _Run:
         self.embeddings = task_kind(settings.data, settings.task_settings).name == "embeddings"
         # every training stage reads the teacher's outputs from one store (a budget that trains)
         self.store = str(self.run_dir / TEACHER_STORE) if settings.chosen.trains else None
-        self.dense_exports = DenseExports()
+        self.dense_exports = DenseExports(settings.data)
         self.clock = _Clock(settings.seconds)
 
     @property
@@ -173,7 +174,8 @@ class _Run:
         stages = {p.stage.name: p.directory for p in plan(recipe, self.run_dir)}
         final = _measure(dense_model(stages, settings.model), shipped_model(stages, settings.deployment),
                          settings.deployment, settings.rounds,
-                         shipped_is_export=settings.deployment.runtime != "pytorch", dense_exports=self.dense_exports)
+                         shipped_is_export=target(settings.deployment.runtime).graph is not None,
+                         dense_exports=self.dense_exports)
         last = records[-1]
         report = _report(settings, stages, last["attempts"], final, last.get("choice"))
         report["compression_stages"] = [{"step": k, "target": r["target"], "allocated_for": r["allocated_for"],

@@ -19,7 +19,7 @@ from ..latency_model import Deployment
 from ..device import fast_bf16
 from ..settings import (BUDGETS, MIXED_PRECISION, TIMED, Budget, CompressDefaults, DataSettings, TaskSettings,
                         checked_speedup)
-from .compress_timing import graph_name
+from ..runtimes import INT8, target
 from .schema import TASK_KEYS, Recipe, validate
 from .time_budget import StageCounts, TrainingPlan, parse_duration
 from .yaml_source import RecipeSource
@@ -266,7 +266,7 @@ def compress_recipe(model: str, *, deployment: Deployment, data: dict[str, Any],
     shared = {"mixed_precision": precision} if precision != "no" else {}
     if store is not None:
         shared["teacher_store"] = store
-    onnx = deployment.runtime != "pytorch"
+    graph = target(deployment.runtime).graph is not None  # a runtime of graphs: exported, and the export scored
     # the latency model first: it needs only the model's shape, and a target out of reach is then refused
     # before any training
     stages: list[dict[str, Any]] = [{"latency": {"runtime": deployment.runtime, "batch_size": deployment.batch_size,
@@ -316,10 +316,12 @@ def compress_recipe(model: str, *, deployment: Deployment, data: dict[str, Any],
     stages.append({"eval": {"output": "final-eval"}})
     if embeddings:  # the sentence-transformers layout, which `--format hf` keeps
         stages.append({"export": {"output": "hf", "format": "hf"}})
+    ships = target(deployment.runtime)
+    exported = ships.runtime.name  # the export stage is named by its runtime: onnx, openvino
     stages += [
-        {"export": {"output": "onnx", "format": "onnx", "when": onnx,
-                    **({"quantize": "int8"} if deployment.runtime == "onnx-int8" else {})}},
-        {"eval": {"output": "shipped-eval", "when": onnx, "model": f"${{onnx}}/{graph_name(deployment.runtime)}"}},
+        {"export": {"output": exported, "format": exported, "when": graph,
+                    **({"quantize": INT8} if ships.int8 else {})}},
+        {"eval": {"output": "shipped-eval", "when": graph, "model": f"${{{exported}}}/{ships.graph}"}},
     ]
     how = "" if budget.trains else ", retraining-free"
     speedup = steps[-1].target
@@ -359,10 +361,11 @@ def final_model(stages: dict[str, Path]) -> Path:
 
 
 def shipped_model(stages: dict[str, Path], deployment: Deployment) -> Path:
-    """What ships: the compressed checkpoint itself, or its ONNX graph."""
-    if deployment.runtime == "pytorch":
+    """What ships: the compressed checkpoint itself, or its graph in the target runtime."""
+    ships = target(deployment.runtime)
+    if ships.graph is None:
         return final_model(stages)
-    return stages["onnx"] / graph_name(deployment.runtime)
+    return stages[ships.runtime.name] / ships.graph
 
 
 def closest(attempts: list[dict[str, Any]], speedup: float) -> dict[str, Any]:

@@ -8,19 +8,27 @@ from pathlib import Path
 from typing import Any
 
 from ..latency_model import Deployment
-from ..settings import BenchDefaults
+from ..runtimes import INT8, target
+from ..settings import BenchDefaults, DataSettings
 from ..steps import bench, export
 
 
 def graph_name(runtime: str) -> str:
-    """The file of the ONNX graph that ``runtime`` runs (``export --format onnx`` writes both)."""
-    return "model_int8.onnx" if runtime == "onnx-int8" else "model.onnx"
+    """The file of the graph the deployment ``runtime`` runs (``model_int8.onnx``, ``model.xml``)."""
+    return str(target(runtime).graph)
+
+
+#: training examples a calibrated int8 quantisation (OpenVINO's) reads for a graph that is only timed: what is
+#: timed is which operations run in int8, not how well they are calibrated (the shipped graph reads the export's)
+TIMING_CALIBRATION = 32
 
 
 class DenseExports:
-    """The dense model in the target runtime, exported once per compress run: every check times against it."""
+    """The dense model in the target runtime, exported once per compress run: every check times against it
+    (``data``: the task's, for a runtime whose int8 quantisation is calibrated)."""
 
-    def __init__(self) -> None:
+    def __init__(self, data: DataSettings | None = None) -> None:
+        self.data = data
         self._directory: tempfile.TemporaryDirectory | None = None
         self._graphs: dict[str, str] = {}
 
@@ -28,8 +36,8 @@ class DenseExports:
         if str(model) not in self._graphs:
             if self._directory is None:
                 self._directory = tempfile.TemporaryDirectory(prefix="ghostify-compress-dense-")
-            target = Path(self._directory.name) / f"dense-{len(self._graphs)}"
-            self._graphs[str(model)] = in_runtime(model, target, deployment)
+            directory = Path(self._directory.name) / f"dense-{len(self._graphs)}"
+            self._graphs[str(model)] = in_runtime(model, directory, deployment, self.data)
         return self._graphs[str(model)]
 
     def close(self) -> None:
@@ -38,15 +46,18 @@ class DenseExports:
 
 
 def measure(dense: Path, compressed: Path, deployment: Deployment, rounds: int, *,
-            shipped_is_export: bool = False, dense_exports: DenseExports | None = None) -> dict[str, Any]:
+            shipped_is_export: bool = False, dense_exports: DenseExports | None = None,
+            data: DataSettings | None = None) -> dict[str, Any]:
     """The dense and the compressed model taking turns in the target runtime: medians and spread
     (``dense_exports``: where the dense model's export is kept between checks)."""
     with tempfile.TemporaryDirectory(prefix="ghostify-compress-") as tmp:
+        data = data if data is not None else dense_exports.data if dense_exports is not None else None
         if dense_exports is not None:
             models = [dense_exports.get(dense, deployment)]
         else:
-            models = [in_runtime(dense, Path(tmp) / "dense", deployment)]
-        models.append(compressed if shipped_is_export else in_runtime(compressed, Path(tmp) / "compressed", deployment))
+            models = [in_runtime(dense, Path(tmp) / "dense", deployment, data)]
+        models.append(compressed if shipped_is_export else
+                      in_runtime(compressed, Path(tmp) / "compressed", deployment, data))
         rows = bench(models, batch_size=deployment.batch_size, seq_len=deployment.seq_len, threads=deployment.threads,
                      rounds=rounds, warmup=max(1, BenchDefaults.warmup))
     dense_ms, compressed_ms = rows[0]["median_ms"], rows[1]["median_ms"]
@@ -65,12 +76,19 @@ def measure(dense: Path, compressed: Path, deployment: Deployment, rounds: int, 
     return result
 
 
-def in_runtime(model: Path, directory: Path, deployment: Deployment) -> str:
-    """``model`` as the target runtime runs it: the checkpoint itself, or its ONNX graph."""
-    if deployment.runtime == "pytorch":
+def in_runtime(model: Path, directory: Path, deployment: Deployment, data: DataSettings | None = None) -> str:
+    """``model`` as the target runtime runs it: the checkpoint itself, or its graph (a calibrated int8 one on a
+    few of ``data``'s training examples)."""
+    chosen = target(deployment.runtime)
+    if chosen.graph is None:
         return str(model)
-    export(model, directory, format="onnx", quantize="int8" if deployment.runtime == "onnx-int8" else None)
-    return str(directory / graph_name(deployment.runtime))
+    calibration: dict[str, Any] = {}
+    if chosen.int8 and chosen.runtime.calibrated and data is not None:
+        calibration = {"task": data.task, "dataset": data.dataset, "text_columns": data.text_columns,
+                       "label_column": data.label_column, "max_length": data.max_length,
+                       "calibration_samples": TIMING_CALIBRATION}
+    export(model, directory, format=chosen.runtime.name, quantize=INT8 if chosen.int8 else None, **calibration)
+    return str(directory / chosen.graph)
 
 
 __all__ = ["DenseExports", "graph_name", "in_runtime", "measure"]

@@ -4,7 +4,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from ...errors import GhostifyError
 from ...latency_model import RUNTIMES, Deployment
 from ...settings import BUDGETS, CompressDefaults, DataSettings, TaskSettings
 from ..app import app
@@ -15,9 +14,6 @@ from ..settings_options import settings_options
 #: the deployments compress ships in until it reaches runtimes through ``ghostify.runtimes``: its export stage
 #: and speed-up checks write ONNX graphs (``recipe/compress.py``), so another runtime's speed-up would be
 #: measured in ONNX Runtime
-SHIPS_IN = ("onnx-int8", "onnx", "pytorch")
-
-
 @app.command(
     epilog="Examples:\n\n"
     "ghostify compress ../shared/models/all-MiniLM-L6-v2 -o out/c2 --task sst2 --dataset ../shared/data/glue --speedup 2\n\n"
@@ -32,7 +28,7 @@ def compress(
     output: Annotated[str, typer.Option("--output", "-o", help="Directory of the run: stages/, report.md, report.json, speedup.png (re-running it skips what is done).", show_default=False)],
     *,
     speedup: Annotated[float, typer.Option("--speedup", help="How many times faster than MODEL the result must run, measured in the target runtime.", show_default=False)],
-    runtime: Annotated[str, typer.Option("--runtime", help=f"The runtime it ships in: {', '.join(SHIPS_IN)}.")] = Deployment.runtime,
+    runtime: Annotated[str, typer.Option("--runtime", help=f"The runtime it ships in: {', '.join(RUNTIMES)}.")] = Deployment.runtime,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per forward pass in the deployment.")] = Deployment.batch_size,
     seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence in the deployment.")] = Deployment.seq_len,
     threads: Annotated[int, typer.Option("--threads", help="CPU threads of the deployment.")] = Deployment.threads,
@@ -60,9 +56,6 @@ def compress(
     training (re-allocating when it misses by more than 5%), distils from the teacher, fine-tunes, exports and
     measures the shipped model against MODEL. --max-samples (a data option) overrides the budget's sample count.
     """
-    if runtime in RUNTIMES and runtime not in SHIPS_IN:  # an unknown name: compress's own one line
-        raise GhostifyError(f"compress ships in --runtime {', '.join(SHIPS_IN)}, not {runtime!r} yet; compress for "
-                            "onnx-int8, then `ghostify export` the result for another runtime")
     from ...recipe.compress import compress as run_compress
 
     report = run_compress(model, output, speedup=speedup,
