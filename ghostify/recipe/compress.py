@@ -508,8 +508,11 @@ def _choose(recipe: Recipe, run_dir: Path, speedup: float, seed: int, say: Calla
                                    seed=seed + 1)
     if choice is not None:
         gaps = ", ".join(f"{name} {gap:.4g}" for name, gap in choice["gaps"].items())
-        say(f"distance to the teacher on {choice['samples']} held-out training examples before training: {gaps}; "
-            f"{described(choice)} is kept")
+        scores = "" if "metrics" not in choice else ", ".join(
+            f"{name} {value:.4f}" for name, value in choice["metrics"].items())
+        say(f"before training, on {choice['samples']} training examples the scores did not read: "
+            + (f"{choice['metric']} {scores}; " if scores else "")
+            + f"distance to the teacher {gaps}; {described(choice)} is kept")
     return choice
 
 

@@ -147,10 +147,15 @@ def markdown(report: dict[str, Any]) -> str:
     choice = report.get("choice")
     if choice:
         gaps = ", ".join(f"{candidate_name(name)} {gap:.4g}" for name, gap in choice["gaps"].items())
+        by_metric = ""
+        if choice.get("metrics"):
+            values = ", ".join(f"{candidate_name(name)} {value:.4f}" for name, value in choice["metrics"].items())
+            by_metric = (f"{choice['metric']} on them {values} (the candidates within one standard error of the best "
+                         "then by their distance); ")
         lines += ["", f"Which allocation: each candidate pruned to the same predicted latency, before any training or "
-                      f"tuning, and compared with the teacher on {choice['samples']} held-out training examples (the "
-                      f"task's distillation loss, no labels; lower is closer): {gaps}. Kept: "
-                      f"**{described(choice)}**."]
+                      f"tuning, and scored on {choice['samples']} training examples the scores did not read: "
+                      f"{by_metric}distance to the teacher (the task's distillation loss; lower is closer): {gaps}. "
+                      f"Kept: **{described(choice)}**."]
     layers = report.get("layers") or list(range(len(report["heads_per_layer"])))
     dropped = [i for i in range(report.get("layers_of", len(layers))) if i not in layers]
     gone = f" (layer{'s' if len(dropped) > 1 else ''} {','.join(map(str, dropped))} dropped whole)" if dropped else ""

@@ -1,8 +1,10 @@
-"""How far a compressed model's predictions are from its teacher's on unlabelled training examples: what
-``compress`` compares its candidate allocations by before any training (no labels, no validation data)."""
+"""How good a compressed model is before any training, on training examples the scores were not computed on:
+the task's own metric where the data has labels, and how far its predictions are from its teacher's (no labels
+needed). What ``compress`` compares its candidate allocations by (never the validation data)."""
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections.abc import Mapping
@@ -16,8 +18,15 @@ from ..checkpoint import load_config, read_record
 from ..latency_model import LatencyModel
 from ..methods.criteria import candidates
 from ..methods.pruning import ImportanceScores, PruneSettings, current_width, uniform_width
+from ..data import load_split
+from ..errors import DataError
+from ..settings import ImportanceDefaults
+from ..tasks import dataset_for
+from ..training.sharding import end_run, make_accelerator
 from .apply_method import apply_method
-from .examples import task_batches
+from .common import load_tokenizer
+from .examples import SPLIT, settings_of, task_batches
+from .training_common import task_kind
 
 
 def teacher_gap(models: list[str | os.PathLike], teacher: str | os.PathLike, description: Mapping[str, Any], *,
@@ -42,6 +51,44 @@ def teacher_gap(models: list[str | os.PathLike], teacher: str | os.PathLike, des
                 sums[i] += (float(kind.teacher_loss(kind.outputs(net, batch), target, batch, 1.0)) - floor) * size
             count += size
     return [s / count for s in sums]
+
+
+def task_metric(models: list[str | os.PathLike], description: Mapping[str, Any], *, samples: int,
+                seed: int) -> tuple[str, list[float], int] | None:
+    """The task's own metric (the one that picks a training run's best epoch: accuracy, entity F1, F1, ...) of
+    each of ``models`` on ``samples`` labelled training examples (a seeded subset of the data ``description``
+    names), its name and the examples scored; None where that data has no labels (or the task reads none)."""
+    from torch.utils.data import DataLoader
+
+    data, task = settings_of(description, "the importance scores")
+    kind = task_kind(data, task).for_model(load_config(models[0]))
+    if not kind.needs_labels:
+        return None
+    try:
+        rows = load_split(dataset_for(kind.preset, data.dataset), kind.preset, SPLIT, max_samples=samples, seed=seed)
+    except DataError:  # no labels in the training split: the distance alone decides
+        return None
+    rows.task = kind.with_data(rows)
+    evaluation = kind.evaluation(rows, load_tokenizer(models[0]))
+    accelerator, partial_type = make_accelerator()
+    scores = []
+    try:
+        for model in models:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                net = kind.load(model, role="model", need_trained_head=True).eval()
+            loader = DataLoader(evaluation.rows, batch_size=ImportanceDefaults.batch_size, collate_fn=evaluation.collate)
+            scores.append(float(evaluation.run(net, loader, accelerator)[evaluation.select]))
+    finally:
+        end_run(accelerator, partial_type)
+    return evaluation.select, scores, rows.num_samples
+
+
+def _standard_error(value: float, count: int) -> float:
+    """The standard error of a proportion ``value`` (a score in [0, 1]) measured on ``count`` examples: how far two
+    candidates' scores may differ by chance alone."""
+    share = min(max(value, 0.0), 1.0)
+    return math.sqrt(max(share * (1 - share), 1e-4) / max(count, 1))
 
 
 #: the allocations compress compares before training (each a set of ``prune`` settings besides the target): the
@@ -86,11 +133,13 @@ def candidate_settings(name: str, model: str | os.PathLike, latency: str | os.Pa
 def choose_allocation(source: Path, teacher: str | os.PathLike, latency: str | os.PathLike, speedup: float,
                       scratch: Path, *, prune_settings: Mapping[str, Any], samples: int,
                       seed: int) -> dict[str, Any] | None:
-    """Which allocation of ``source`` for a predicted ``speedup`` starts closest to ``teacher``: each of
-    :func:`candidate_allocations` is pruned (with ``prune_settings`` besides the candidate's own: compress gives those of its
-    untuned prune stage, as tuning is slow and keeps the ranking closely enough) into ``scratch`` and compared by :func:`teacher_gap` on
-    ``samples`` training examples of the data ``source``'s scores were computed on. None where the scores do not
-    say what their data was."""
+    """Which allocation of ``source`` for a predicted ``speedup`` starts best: each of :func:`candidate_allocations` is
+    pruned (with ``prune_settings`` besides the candidate's own: compress gives those of its untuned prune stage, as
+    tuning is slow and keeps the ranking closely enough) into ``scratch`` and scored on ``samples`` training
+    examples of the data ``source``'s scores were computed on, another seeded subset than theirs: by the task's own
+    metric where the data has labels (:func:`task_metric`), the candidates within one standard error of the best
+    then by their distance to ``teacher`` (:func:`teacher_gap`); without labels by the distance alone. None where
+    the scores do not say what their data was."""
     scores = prune_settings.get("importance") or source  # a model whose channels were cut reads its input's scores
     description = ImportanceScores.load(scores).metadata.get("data")
     if not isinstance(description, dict):
@@ -105,10 +154,21 @@ def choose_allocation(source: Path, teacher: str | os.PathLike, latency: str | o
             warnings.simplefilter("ignore")
             apply_method("pruning", source, scratch / name, **{**prune_settings, **candidate})
         settings[name] = candidate
-    gaps = teacher_gap([scratch / name for name in settings], teacher, description, samples=samples, seed=seed)
+    pruned = [scratch / name for name in settings]
+    gaps = teacher_gap(pruned, teacher, description, samples=samples, seed=seed)
     by_name = dict(zip(settings, gaps))
-    chosen = min(by_name, key=lambda name: (by_name[name], order.index(name)))
-    return {"chosen": chosen, "settings": settings[chosen], "gaps": by_name, "samples": samples}
+    contenders = list(by_name)
+    result: dict[str, Any] = {}
+    scored = task_metric(pruned, description, samples=samples, seed=seed)
+    if scored is not None:
+        metric, values, count = scored
+        metrics = dict(zip(settings, values))
+        best = max(values)
+        contenders = [name for name in by_name if metrics[name] >= best - _standard_error(best, count)]
+        result = {"metric": metric, "metrics": metrics}
+    chosen = min(contenders, key=lambda name: (by_name[name], order.index(name)))
+    return {"chosen": chosen, "settings": settings[chosen], "gaps": by_name, "samples": samples, **result}
 
 
-__all__ = ["SEARCH", "UNIFORM", "candidate_allocations", "candidate_settings", "choose_allocation", "teacher_gap", "uniform_width_for"]
+__all__ = ["SEARCH", "UNIFORM", "candidate_allocations", "candidate_settings", "choose_allocation", "task_metric",
+           "teacher_gap", "uniform_width_for"]
