@@ -351,3 +351,38 @@ def test_the_allocation_closest_to_the_teacher_is_kept(world, tmp_path, capsys, 
     assert "Kept: **uniform width" in (out / "report.md").read_text()
     code, stdout, err = run_cli(capsys, *args)  # again: the choice is kept, nothing runs
     assert code == 0 and "the allocation of the earlier run" in err and ": running" not in err
+
+
+def test_with_labels_the_tasks_metric_decides_and_the_distance_breaks_ties(world, tmp_path, capsys, fixed_latency,
+                                                                           monkeypatch):
+    """Issue 46: a label-free distance picked the worst arm by accuracy on SST-2 at 1.5x; where the data has
+    labels, the candidates are judged by the task's metric on labelled training examples the scores did not read,
+    and only those within one standard error of the best are then ranked by their distance to the teacher."""
+    from ghostify.steps import fidelity
+
+    names = list(fidelity.candidate_allocations())
+    monkeypatch.setattr(fidelity, "teacher_gap", lambda models, *a, **k: [0.5, 0.45, 0.4, 0.25][:len(models)])
+    # uniform is closest to the teacher but scores far below; the first-order search leads the rest by more than
+    # one standard error (of 0.9 on 900 examples: 0.01), so it is kept though further from the teacher
+    metric = {"fisher": 0.7, "fisher+rearranged": 0.5, "loss-gradient": 0.9, "uniform": 0.6}
+    monkeypatch.setattr(fidelity, "task_metric",
+                        lambda models, *a, **k: ("accuracy", [metric[Path(m).name] for m in models], 900))
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, *_without_training(world, out, "--speedup", "1.1", "--runtime", "pytorch"))
+    assert code == 0, err
+    choice = json.loads((out / "report.json").read_text())["choice"]
+    assert choice["metric"] == "accuracy" and choice["metrics"] == {n: metric[n] for n in names}
+    assert choice["chosen"] == "loss-gradient"
+    assert "accuracy on them" in (out / "report.md").read_text()
+
+
+def test_task_metric_scores_each_model_on_labelled_training_examples(world, tmp_path):
+    from ghostify.steps import fidelity, importance
+
+    importance(world / "model", tmp_path / "scored", dataset=str(world / "toy"), text_columns=("sentence",),
+               label_column="label", samples=16)
+    from ghostify.methods.pruning import ImportanceScores
+
+    data = ImportanceScores.load(tmp_path / "scored").metadata["data"]
+    metric, scores, count = fidelity.task_metric([world / "model", world / "model"], data, samples=20, seed=1)
+    assert metric == "accuracy" and count == 20 and scores[0] == scores[1] and 0 <= scores[0] <= 1
