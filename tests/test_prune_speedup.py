@@ -232,3 +232,22 @@ def test_latency_and_pruning_describe_a_model_alike(family):
     assert original_geometry(config) == geometry
     assert geometry.num_heads == (2 if family == "eurobert" else HEADS)
     assert geometry.num_layers == (3 if family == "albert" else 2)
+
+
+def test_a_layers_units_cost_at_least_what_removing_the_layer_costs():
+    """Issue 46: units priced alone guts the layer that matters as a whole. Layer 0's units sum to 0.4 and the
+    layer scores 0.2: kept as they are. Layer 1's sum to 0.1 and the layer scores 1.0: raised tenfold, in
+    proportion, so that removing them all costs what removing the layer does."""
+    import torch
+
+    from ghostify.methods.pruning import layer_consistent
+
+    heads = [torch.tensor([0.1, 0.1]), torch.tensor([0.02, 0.03])]
+    ffn = [torch.tensor([0.1, 0.1]), torch.tensor([0.05, 0.0])]
+    raised_heads, raised_ffn = layer_consistent(heads, ffn, torch.tensor([0.2, 1.0]))
+    assert torch.allclose(raised_heads[0], heads[0].double()) and torch.allclose(raised_ffn[0], ffn[0].double())
+    assert torch.allclose(raised_heads[1], torch.tensor([0.2, 0.3], dtype=torch.float64))
+    assert torch.allclose(raised_ffn[1], torch.tensor([0.5, 0.0], dtype=torch.float64))
+    assert float(raised_heads[1].sum() + raised_ffn[1].sum()) == pytest.approx(1.0)
+    same = layer_consistent(heads, ffn, None)
+    assert all(torch.equal(a, b) for a, b in zip(same[0], heads))

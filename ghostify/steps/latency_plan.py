@@ -15,7 +15,7 @@ from ..latency_model import LatencyModel
 from ..methods.dropped_layers import check_droppable
 from ..methods.hidden import HiddenSettings, refusal
 from ..methods.pruning import (ImportanceScores, LatencyPlan, PruneSettings, check_reachable, current_width,
-                               measured_widths, model_geometry, plan_for_latency)
+                               layer_consistent, measured_widths, model_geometry, plan_for_latency)
 
 
 def plan_structure(model: str | os.PathLike, importance: str | os.PathLike, latency: str | os.PathLike,
@@ -35,8 +35,9 @@ def plan_structure(model: str | os.PathLike, importance: str | os.PathLike, late
     if costs.geometry != model_geometry(config, adapter, record):
         return None
     layers, hidden = _axes(config, record, layers=layers, hidden=hidden)
-    heads, ffn, layer_scores, _ = scores.ranked_by(criterion)
-    layer_scores = layer_scores if layers else None
+    heads, ffn, every_layer, _ = scores.ranked_by(criterion)
+    heads, ffn = layer_consistent(heads, ffn, every_layer)  # a gutted layer costs what dropping it would
+    layer_scores = every_layer if layers else None
     channel_scores = scores.hidden_ranked_by(HiddenSettings.criterion)[0] if hidden and costs.predicts_hidden else None
     if layer_scores is None and channel_scores is None:
         return None

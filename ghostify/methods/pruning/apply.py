@@ -21,7 +21,8 @@ from ..criteria import get as get_criterion
 from ..scores import SCORES_NAME, FisherScores, ImportanceScores
 from .allocation import Selection, check_keeps_a_head, select
 from .importance import magnitude_importance
-from .latency_allocation import check_reachable, comparable_scores, current_width, model_geometry, select_for_latency
+from .latency_allocation import (check_reachable, comparable_scores, current_width, layer_consistent, model_geometry,
+                                 select_for_latency)
 from .modules import prune_layer
 from .rearrange import gram, objective, rearrange
 from .settings import TUNE_BATCH_SIZE, PruneSettings
@@ -125,7 +126,7 @@ def apply(model: nn.Module, record: GhostifyRecord, settings: PruneSettings, con
     scores, source = scores_for(model, context.source, settings.importance)
     scores.check_matches(record, source)
     adapter = get_adapter(model.config)  # the order was checked before the weights were read: not again
-    heads, ffn, _, criterion = scores.ranked_by(settings.criterion)
+    heads, ffn, layer_scores, criterion = scores.ranked_by(settings.criterion)
     _warn_missing(scores, settings, criterion, source)
     history: dict[str, Any] = {"importance": source, "criterion": criterion}
     if settings.widths is not None:
@@ -138,6 +139,8 @@ def apply(model: nn.Module, record: GhostifyRecord, settings: PruneSettings, con
         latency = settings.latency_model  # read and checked against this model by `check`
         dense, target = latency.dense_ms(), latency.dense_ms() / settings.target_speedup
         comparable_heads, comparable_ffn = comparable_scores(heads, ffn, criterion)
+        if get_criterion(criterion) is not None and get_criterion(criterion).loss_scale:
+            comparable_heads, comparable_ffn = layer_consistent(comparable_heads, comparable_ffn, layer_scores)
         selection, predicted = select_for_latency(comparable_heads, comparable_ffn, latency, target,
                                                   applications=adapter.layer_applications(model),
                                                   hidden=current_width(model.config, adapter, record))

@@ -374,6 +374,32 @@ def _kept(scores: torch.Tensor, removed: set[int]) -> list[int]:
     return sorted((j for j in range(len(values)) if j not in removed), key=lambda j: (-values[j], j))
 
 
+def layer_consistent(heads: Sequence[torch.Tensor], ffn: Sequence[torch.Tensor],
+                     layers: Sequence[float] | torch.Tensor | None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Each layer's head and neuron scores raised in proportion, where together they sum to less than the layer's
+    own score, until they sum to it (``layers``: one per layer, on the same loss scale; None: as they are).
+
+    Removing every head and neuron of a layer removes its whole update, which cannot cost less than removing the
+    update does: the layer gate's score, which sees the interactions among the layer's units that their own scores
+    leave out. Priced by its units alone, a layer that matters as a whole is gutted by the latency search, which
+    then keeps paying for the per-layer costs it cannot remove: on the MiniLM SST-2 teacher (Fisher, 1,024
+    examples) the last layer's units sum to 0.013 and the layer scores 0.150; SQuAD at 3x kept six layers of one
+    head each and FFNs of 1-24 neurons (benchmarks/results/frontier.md). Units that sum to more than their layer
+    (they interact negatively: removing them together costs less) keep their own scores."""
+    if layers is None:
+        return list(heads), list(ffn)
+    values = torch.as_tensor(layers, dtype=torch.float64).flatten().tolist()
+    if len(values) != len(heads):
+        return list(heads), list(ffn)  # scores of another depth: prune's check says so
+    raised_heads, raised_ffn = [], []
+    for h, n, whole in zip(heads, ffn, values):
+        units = float(h.double().sum()) + float(n.double().sum())
+        factor = whole / units if units > 0 and math.isfinite(whole) and whole > units else 1.0
+        raised_heads.append(h.double() * factor)
+        raised_ffn.append(n.double() * factor)
+    return raised_heads, raised_ffn
+
+
 def comparable_scores(heads: Sequence[torch.Tensor], ffn: Sequence[torch.Tensor],
                       criterion: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Head and neuron scores on one scale. The criteria on the loss's scale are (``Criterion.loss_scale``); others
