@@ -36,7 +36,7 @@ from ..files import check_disjoint, output_lock, write_text_atomically
 from ..flatten import flat_settings
 from ..latency_model import RUNTIMES, Deployment
 from ..runtimes import target
-from ..settings import BUDGETS, Budget, CompressDefaults, DataSettings, TaskSettings
+from ..settings import BUDGETS, Budget, CompressDefaults, DataSettings, TaskSettings, TeacherStoreSettings
 from ..steps import latency as measure_latency
 from ..steps.fidelity import SEARCH, UNIFORM, candidate_settings, choose_allocation
 from ..steps.latency_plan import check_reach, plan_structure, predicted_speedup
@@ -84,6 +84,7 @@ def compress(
     stages: int | None = None,
     unlabelled: str | os.PathLike | None = None,
     mixed_precision: str = CompressDefaults.mixed_precision,
+    teacher_store_gb: float = TeacherStoreSettings.teacher_store_gb,
     tolerance: float = CompressDefaults.tolerance,
     rounds: int = CompressDefaults.rounds,
     seed: int = CompressDefaults.seed,
@@ -106,7 +107,8 @@ def compress(
                                 ghosts=ghosts, drop_layers=drop_layers, prune_hidden=prune_hidden, budget=budget,
                                 epochs=epochs, importance_samples=importance_samples, stages=stages,
                                 unlabelled=None if unlabelled is None else str(unlabelled),
-                                mixed_precision=mixed_precision, tolerance=tolerance, rounds=rounds, seed=seed)
+                                mixed_precision=mixed_precision, teacher_store_gb=teacher_store_gb, tolerance=tolerance,
+                                rounds=rounds, seed=seed)
     out = Path(output).expanduser()
     if out.exists() and not out.is_dir():
         raise GhostifyError(f"output {out} exists and is a file; choose another -o")

@@ -18,7 +18,7 @@ from ..errors import GhostifyError
 from ..latency_model import Deployment
 from ..device import fast_bf16
 from ..settings import (BUDGETS, MIXED_PRECISION, TIMED, Budget, CompressDefaults, DataSettings, TaskSettings,
-                        checked_speedup)
+                        TeacherStoreSettings, checked_speedup)
 from ..runtimes import INT8, target
 from .schema import TASK_KEYS, Recipe, validate
 from .time_budget import StageCounts, TrainingPlan, parse_duration
@@ -101,6 +101,8 @@ class CompressSettings:
     #: a file of more text the distillation reads besides the training split's
     unlabelled: str | None = None
     mixed_precision: str = CompressDefaults.mixed_precision
+    #: the most the teacher store (``OUT/stages/teacher-outputs``) holds, in GiB (0: the teacher runs at every step)
+    teacher_store_gb: float = TeacherStoreSettings.teacher_store_gb
     tolerance: float = CompressDefaults.tolerance
     rounds: int = CompressDefaults.rounds
     seed: int = CompressDefaults.seed
@@ -120,6 +122,7 @@ class CompressSettings:
             raise GhostifyError(f"--mixed-precision {self.mixed_precision!r}: choose one of {', '.join(PRECISIONS)}")
         self.data.validate()
         self.task_settings.validate()
+        TeacherStoreSettings(teacher_store_gb=self.teacher_store_gb).validate()
         if self.unlabelled is not None and not Path(self.unlabelled).expanduser().is_file():
             raise GhostifyError(f"--unlabelled {self.unlabelled} is not a file; give a .txt file of one text per line, "
                                 "or a data file (.csv, .jsonl, ...) with the task's text columns")
@@ -220,6 +223,8 @@ class CompressSettings:
                   "budget": dataclasses.asdict(self.chosen), "ghosts": self.ghosts, "drop_layers": self.layers_axis,
                   "prune_hidden": self.prune_hidden, "tolerance": self.tolerance, "seed": self.seed}
         extra = {"budget_given": self.budget if self._budget_kind() != "named" else None,
+                 "teacher_store_gb": self.teacher_store_gb
+                 if self.teacher_store_gb != TeacherStoreSettings.teacher_store_gb else None,
                  "stages": self.step_count if self.step_count > 1 else None, "unlabelled": self.unlabelled,
                  "precision": self.precision if self.precision != "no" else None}
         return values | {k: v for k, v in extra.items() if v is not None}
@@ -231,7 +236,8 @@ class CompressSettings:
         raw = compress_recipe(self.model, steps=steps, deployment=self.deployment,
                               data=data_mapping(self.data, self.task_settings), budget=self.chosen, ghosts=self.ghosts,
                               teacher=self.teacher, seed=self.seed, finetune=finetune, embeddings=embeddings,
-                              store=store, unlabelled=self.unlabelled, precision=self.precision)
+                              store=store, store_gb=self.teacher_store_gb, unlabelled=self.unlabelled,
+                              precision=self.precision)
         return _validated(yaml.safe_dump(raw, sort_keys=False))
 
 
@@ -244,7 +250,8 @@ def compress_recipe(model: str, *, deployment: Deployment, data: dict[str, Any],
                     teacher: str | None, seed: int, steps: Sequence[Step] | None = None, speedup: float | None = None,
                     keep_layers: Sequence[int] | None = None, hidden_width: str | None = None,
                     allocation: dict[str, Any] | None = None, finetune: StageCounts | None = None,
-                    embeddings: bool = False, store: str | None = None, unlabelled: str | None = None,
+                    embeddings: bool = False, store: str | None = None,
+                    store_gb: float = TeacherStoreSettings.teacher_store_gb, unlabelled: str | None = None,
                     precision: str = "no", tune: bool = True) -> dict[str, Any]:
     """The recipe compress runs, as a mapping (``recipes/compress.yaml`` is the same with ``vars``).
 
@@ -266,6 +273,8 @@ def compress_recipe(model: str, *, deployment: Deployment, data: dict[str, Any],
     shared = {"mixed_precision": precision} if precision != "no" else {}
     if store is not None:
         shared["teacher_store"] = store
+        if store_gb != TeacherStoreSettings.teacher_store_gb:  # 0: the teacher runs at every step
+            shared["teacher_store_gb"] = store_gb
     graph = target(deployment.runtime).graph is not None  # a runtime of graphs: exported, and the export scored
     # the latency model first: it needs only the model's shape, and a target out of reach is then refused
     # before any training

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from ...latency_model import RUNTIMES, Deployment
-from ...settings import BUDGETS, CompressDefaults, DataSettings, TaskSettings
+from ...settings import BUDGETS, CompressDefaults, DataSettings, TaskSettings, TeacherStoreSettings
 from ..app import app
 from ..console import err, out, print_json
 from ..options import Json, Model, Seed
@@ -41,6 +41,7 @@ def compress(
     budget: Annotated[str, typer.Option("--budget", help="A time for the whole run after the teacher exists (20m, 1h, 1h30m: every stage sized to the throughput measured on this machine; the counts it chose are written to OUT/budget.json), that budget.json (the same counts again, byte for byte), or " + ", ".join(f"{name} ({b.describe()})" for name, b in BUDGETS.items()) + "; --max-samples, --epochs and --importance-samples override a named one.")] = CompressDefaults.budget,
     stages: Annotated[Optional[int], typer.Option("--stages", help="Compression stages: prune part of the way, distil, score the distilled model again, prune further (the same factor each time). Default: 1 up to 2x and for the named budgets, else 2.", show_default=False)] = None,
     unlabelled: Annotated[Optional[str], typer.Option("--unlabelled", help="More in-domain text for distillation, labels unread: a .txt file of one text per line, or a data file with the task's text columns.", show_default=False)] = None,
+    teacher_store_gb: Annotated[float, typer.Option("--teacher-store-gb", min=0.0, help="The most the store of the teacher's outputs (OUT/stages/teacher-outputs: computed once, read by every training stage) may hold, in GiB; 0: the teacher runs at every step.")] = TeacherStoreSettings.teacher_store_gb,
     mixed_precision: Annotated[str, typer.Option("--mixed-precision", help="auto (bf16 where the CPU or GPU has it in hardware, else no), no, bf16 or fp16: the training stages' precision.")] = CompressDefaults.mixed_precision,
     epochs: Annotated[Optional[int], typer.Option("--epochs", min=1, help="Epochs of every training stage (default: the budget's).", show_default=False)] = None,
     importance_samples: Annotated[Optional[int], typer.Option("--importance-samples", min=1, help="Examples that score heads and neurons (default: the budget's).", show_default=False)] = None,
@@ -62,7 +63,8 @@ def compress(
                           deployment=Deployment(runtime=runtime, batch_size=batch_size, seq_len=seq_len, threads=threads),
                           data=data, task_settings=task_settings, teacher=teacher, ghosts=ghosts, budget=budget,
                           drop_layers=drop_layers, prune_hidden=prune_hidden, epochs=epochs, importance_samples=importance_samples,
-                          stages=stages, unlabelled=unlabelled, mixed_precision=mixed_precision, rounds=rounds,
+                          stages=stages, unlabelled=unlabelled, mixed_precision=mixed_precision,
+                          teacher_store_gb=teacher_store_gb, rounds=rounds,
                           seed=seed, say=lambda line: err.print(line, markup=False))
     if json_output:
         print_json(report)

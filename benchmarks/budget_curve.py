@@ -1,0 +1,200 @@
+"""Accuracy against wall-clock minutes (issue 46): ``ghostify compress`` at 3x and 6x on this machine, today's
+one-shot schedule against everything issue 46 changed, and each change alone at one budget.
+
+Every arm starts from the same teacher, all-MiniLM-L6-v2 fine-tuned per task by ``benchmarks/retraining_free.py``
+(``--work`` is shared with it: the teachers are trained once), and ships in ONNX Runtime int8 (batch 1 x 128
+tokens, 1 thread), measured by compress itself. Each run is its own process with torch's default threads (every
+core of the machine), one run at a time: a budget in minutes is the machine's, so nothing else may run beside it.
+
+Arms (``--arms``):
+
+* ``today``: the code before issue 46 (``--today``: a checkout of commit 5a6b1cc), its one-shot schedule at the
+  budget named in ``--today-budgets`` (``quick``: 2,000 examples x 1 epoch of distillation and of the fine-tune;
+  ``standard``: 8,000 x 2); its minutes are what the run took;
+* ``all``: this checkout with ``--budget Nm`` (every change: the teacher's outputs stored, the stages the target
+  calls for, the whole training text distilled, the layer-consistent allocation, candidates judged by the task's
+  metric, the stages sized to the time);
+* ``one-stage`` (``--stages 1``), ``no-store`` (``--teacher-store-gb 0``), ``old-allocation`` (the units of a
+  layer priced alone, as before): ``all`` less one change, at ``--ablation-minutes``.
+
+Every finished run is a row of ``WORK/budget_curve.jsonl`` (skipped when the script runs again); an interrupted
+compress resumes its stages.
+
+    python benchmarks/budget_curve.py --work /work/runs/rf --tasks sst2 --targets 6 --minutes 20 --arms all,today
+    python benchmarks/budget_curve.py --work /work/runs/rf --report-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+import retraining_free as rf  # noqa: E402  the tasks, their teachers and data
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results" / "budget_curve.md"
+ROWS = "budget_curve.jsonl"
+ARMS = ("all", "today", "one-stage", "no-store", "old-allocation")
+#: the arms that are ``all`` less one change, and the compress flags that take it away
+ABLATIONS = {"one-stage": ["--stages", "1"], "no-store": ["--teacher-store-gb", "0"], "old-allocation": []}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--work", type=Path, required=True, help="the work directory of benchmarks/retraining_free.py")
+    p.add_argument("--tasks", default="sst2,conll2003")
+    p.add_argument("--targets", default="3,6")
+    p.add_argument("--minutes", default="20", help="budgets of the `all` arm, e.g. 10,20,40")
+    p.add_argument("--arms", default="all,today")
+    p.add_argument("--ablation-minutes", type=float, default=20)
+    p.add_argument("--today", type=Path, default=Path("/work/wt-today"), help="a checkout of the code before issue 46")
+    p.add_argument("--today-budgets", default="standard")
+    p.add_argument("--seeds", default="0")
+    p.add_argument("--data", type=Path, default=rf.SHARED / "data")
+    p.add_argument("--output", type=Path, default=RESULTS)
+    p.add_argument("--report-only", action="store_true")
+    p.add_argument("--old-allocation", action="store_true", help=argparse.SUPPRESS)  # the ablation's own process
+    args, rest = p.parse_known_args(argv)
+    args.rest = rest
+    args.tasks = [t for t in args.tasks.split(",") if t]
+    args.targets = [float(t) for t in args.targets.split(",") if t]
+    args.minutes = [float(m) for m in args.minutes.split(",") if m]
+    args.arms = [a for a in args.arms.split(",") if a]
+    args.today_budgets = [b for b in args.today_budgets.split(",") if b]
+    args.seeds = [int(s) for s in args.seeds.split(",") if s]
+    for arm in args.arms:
+        if arm not in ARMS:
+            p.error(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
+    return args
+
+
+def compress_args(args, name: str, target: float, out: Path, budget: str, seed: int) -> list[str]:
+    spec = rf.TASKS[name]
+    data = spec.data_for(args.data)
+    flags = ["--task", data["task"], "--dataset", data["dataset"], "--max-length", str(data["max_length"])]
+    for key in ("tags_column", "tag_scheme", "doc_stride"):
+        if key in data:
+            flags += [f"--{key.replace('_', '-')}", str(data[key])]
+    teacher = args.work / name / "run" / "01-teacher"
+    return [str(teacher), "-o", str(out), "--speedup", f"{target:g}", "--budget", budget, "--seed", str(seed), *flags]
+
+
+def run_one(args, name: str, target: float, arm: str, budget: str, seed: int) -> dict[str, Any]:
+    out = args.work / name / "budget" / f"{arm}-{budget}-x{target:g}-s{seed}"
+    argv = ["compress", *compress_args(args, name, target, out, budget, seed), *ABLATIONS.get(arm, [])]
+    env = dict(os.environ)
+    if arm == "today":
+        env["PYTHONPATH"] = str(args.today)  # the code before issue 46, ahead of this checkout's install
+        command = [sys.executable, "-m", "ghostify", *argv]
+    elif arm == "old-allocation":
+        command = [sys.executable, __file__, "--old-allocation", "--work", str(args.work), *argv]
+    else:
+        command = [sys.executable, "-m", "ghostify", *argv]
+    common.stderr_log(" ".join(command))
+    start, load = time.perf_counter(), os.getloadavg()
+    done = subprocess.run(command, env=env)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        return {"failed": done.returncode, "seconds": seconds}
+    report = json.loads((out / "report.json").read_text())
+    return {"metrics": report["metrics"], "shipped_metrics": report.get("shipped_metrics"),
+            "teacher_metrics": report["teacher_metrics"], "measured_speedup": report["measured_speedup"],
+            "heads": report["heads_per_layer"], "ffn": report["neurons_per_layer"], "layers": report["layers"],
+            "stages": report.get("compression_stages"), "training": report.get("training"),
+            "time": report.get("time"), "seconds": seconds, "load_start": list(load),
+            "load_end": list(os.getloadavg())}
+
+
+def old_allocation_main(rest: list[str]) -> int:
+    """This process as ``ghostify`` with the units of a layer priced alone (the allocation before issue 46)."""
+    import ghostify.methods.pruning.apply as apply
+    import ghostify.steps.latency_plan as plan
+    from ghostify.cli.app import main
+
+    def alone(heads, ffn, layers):
+        return list(heads), list(ffn)
+
+    apply.layer_consistent = alone
+    plan.layer_consistent = alone
+    return main(rest)
+
+
+def runs(args) -> list[tuple[str, float, str, str, int]]:
+    """(task, target, arm, budget, seed) of every run asked for."""
+    grid = []
+    for name in args.tasks:
+        for target in args.targets:
+            for seed in args.seeds:
+                if "today" in args.arms:
+                    grid += [(name, target, "today", b, seed) for b in args.today_budgets]
+                if "all" in args.arms:
+                    grid += [(name, target, "all", f"{m:g}m", seed) for m in args.minutes]
+                grid += [(name, target, arm, f"{args.ablation_minutes:g}m", seed) for arm in args.arms
+                         if arm in ABLATIONS]
+    return grid
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.old_allocation:
+        sys.exit(old_allocation_main(args.rest))
+    path = args.work / ROWS
+    rows = common.read_rows(path)
+    if not args.report_only:
+        for name, target, arm, budget, seed in runs(args):
+            key = {"task": name, "target": target, "arm": arm, "budget": budget, "seed": seed}
+            if any(all(r.get(k) == v for k, v in key.items()) for r in rows):
+                continue
+            row = {**key, **run_one(args, name, target, arm, budget, seed), "machine": common.machine_info()}
+            common.append_row(path, row)
+            rows.append(row)
+    write_report(args, rows)
+
+
+def _score(row: dict[str, Any], name: str) -> str:
+    if "failed" in row:
+        return f"failed ({row['failed']})"
+    metric = rf.TASKS[name].metric
+    points = rf.TASKS[name].points
+    shipped = row.get("shipped_metrics") or row["metrics"]
+    value, teacher = shipped.get(metric), row["teacher_metrics"].get(metric)
+    kept = f" ({100 * value / teacher:.1f}%)" if value is not None and teacher else ""
+    return f"{points * value:.1f}{kept} @{row['measured_speedup']:.2f}x, {row['seconds'] / 60:.1f} min"
+
+
+def write_report(args, rows: list[dict[str, Any]]) -> None:
+    done = [r for r in rows if "arm" in r]
+    if not done:
+        return
+    lines = ["# Accuracy against wall-clock minutes (issue 46)", "",
+             "`python benchmarks/budget_curve.py` (its docstring says what each arm is). Each cell: the shipped int8 "
+             "model's validation score (share of the teacher's) @ the speed-up compress measured, and the run's "
+             "wall-clock minutes. One run at a time, torch's default threads.", ""]
+    for name in sorted({r["task"] for r in done}):
+        teacher = next((r["teacher_metrics"] for r in done if r["task"] == name and "teacher_metrics" in r), {})
+        metric = rf.TASKS[name].metric
+        lines += [f"## {name} (teacher {metric} {rf.TASKS[name].points * teacher.get(metric, float('nan')):.1f})", "",
+                  "| target | arm | budget | seed | result |", "|---|---|---|---|---|"]
+        for r in sorted((r for r in done if r["task"] == name),
+                        key=lambda r: (r["target"], ARMS.index(r["arm"]), r["budget"], r["seed"])):
+            lines.append(f"| {r['target']:g}x | {r['arm']} | {r['budget']} | {r['seed']} | {_score(r, name)} |")
+        lines.append("")
+    machines = {common.machine_line(r["machine"]) for r in done if "machine" in r}
+    loads = [x for r in done for x in (r.get("load_start") or [])[:1] + (r.get("load_end") or [])[:1]]
+    lines += ["Machine: " + "; ".join(sorted(machines)),
+              f"Load average (1 min) at the runs' starts and ends: {min(loads):.1f}-{max(loads):.1f}." if loads else ""]
+    args.output.write_text("\n".join(lines) + "\n")
+    common.stderr_log(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
