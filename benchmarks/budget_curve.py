@@ -101,7 +101,8 @@ def run_one(args, name: str, target: float, arm: str, budget: str, seed: int) ->
         command = [sys.executable, "-m", "ghostify", *argv]
     common.stderr_log(" ".join(command))
     start, load = time.perf_counter(), os.getloadavg()
-    done = subprocess.run(command, env=env)
+    # the today checkout's own directory first on the path (a run from this checkout would import it instead)
+    done = subprocess.run(command, env=env, cwd=str(args.today) if arm == "today" else None)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         return {"failed": done.returncode, "seconds": seconds}
