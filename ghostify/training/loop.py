@@ -54,6 +54,8 @@ class Progress:
     history: list[dict[str, Any]] = field(default_factory=list)  # evaluation results
     logged: int | None = 0  # lines of metrics.jsonl written up to this state (None: unknown)
     running: list[float] = field(default_factory=list)  # losses since the last logged mean
+    #: each finished epoch's training time, wall clock and this process's CPU (evaluation left out)
+    epoch_seconds: list[dict[str, float]] = field(default_factory=list)
 
     @classmethod
     def load(cls, path: Path) -> "Progress":
@@ -322,6 +324,7 @@ def train(
 
         running = progress.running  # saved with the state: a resumed run logs the same means
         for epoch in range(progress.epoch, settings.epochs):
+            epoch_wall, epoch_cpu = time.perf_counter(), time.process_time()
             train_loader.set_epoch(epoch)
             loader = train_loader
             if progress.batch_in_epoch:
@@ -356,6 +359,9 @@ def train(
                 if on_step is not None:
                     on_step(progress.step)
             progress.epoch = epoch + 1
+            # a resumed epoch counts from the resume: its time is then the part this process trained
+            progress.epoch_seconds.append({"epoch": epoch + 1, "wall": round(time.perf_counter() - epoch_wall, 3),
+                                           "cpu": round(time.process_time() - epoch_cpu, 3)})
             progress.batch_in_epoch = 0
             if evaluation is not None:
                 with sharding.whole_student(objective):
@@ -396,6 +402,7 @@ def train(
                     shutil.copytree(work / TRACKER_DIR, tmp / TRACKER_DIR)
                 (tmp / "training.json").write_text(json.dumps(
                     {"steps": progress.step, "best": progress.best, "best_step": progress.best_step,
+                     "epoch_seconds": progress.epoch_seconds,
                      "evaluations": progress.history, "learning_rates": rates, "processes": world,
                      "engine": sharding.name,
                      **({"constant_baseline": baseline} if baseline is not None else {}),
