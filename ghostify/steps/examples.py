@@ -67,6 +67,7 @@ def task_batches(model: str | os.PathLike, description: Mapping[str, Any], count
 
     data, task = settings_of(description, "the importance scores")
     kind = task_kind(data, task).for_model(load_config(model))
+    kind.reads_outputs_of(model)  # the losses compare outputs of this model (and of its pruned copies)
     dataset = dataset_for(kind.preset, data.dataset)
     rows = load_split(dataset, kind.preset, SPLIT, max_samples=count, seed=seed, require_labels=False)
     rows.task = kind.with_data(rows)
