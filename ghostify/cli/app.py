@@ -127,6 +127,14 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def _error(text: str) -> None:
+    """One ``error:`` line on stderr, from the main process only: under ``accelerate launch`` every process
+    refuses alike (or is terminated by the launcher once the main one has failed); the others exit with the same
+    code quietly."""
+    if is_main_process():
+        print(f"error: {text}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; a known error becomes ``error: ...`` on stderr and exit code 2 (the commands
     are registered on ``app`` by importing ``ghostify.cli``, whose package imports them). Ctrl-C,
@@ -139,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 warnings.showwarning = functools.partial(_one_line_warning, said=set())
             return _run(argv, debug)
     except Terminated as exc:  # arrived while the outcome was being reported
-        print(f"error: {exc.message}", file=sys.stderr)
+        _error(exc.message)
         return 128 + exc.signum
 
 
@@ -167,13 +175,13 @@ def _run(argv: list[str] | None, debug: bool) -> int:
         if debug:
             raise
         for line in str(exc).splitlines() or [type(exc).__name__]:
-            print(f"error: {line}", file=sys.stderr)  # a recipe reports all its problems, one per line
+            _error(line)  # a recipe reports all its problems, one per line
         return exc.exit_code
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+        _error("interrupted")
         return 130
     except Terminated as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
+        _error(exc.message)
         return 128 + exc.signum
     except Exception as exc:
         if debug:
@@ -184,20 +192,17 @@ def _run(argv: list[str] | None, debug: bool) -> int:
         if _is_usage_error(exc):
             ctx = getattr(exc, "ctx", None)
             hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else " (see `ghostify --help`)"
-            print(f"error: {exc.format_message()}{hint}", file=sys.stderr)
+            _error(f"{exc.format_message()}{hint}")
             return int(exc.exit_code)
         if type(exc).__name__ == "Abort":
-            print("error: aborted", file=sys.stderr)
+            _error("aborted")
             return 130
         fault = environment_fault(exc, _output_argument(argv))
         if fault is not None:
-            print(f"error: {fault}", file=sys.stderr)
+            _error(fault)
             return 1
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        print(
-            f"error: unexpected {type(exc).__name__}: {text} (set {DEBUG_VARIABLE}=1 for the traceback)",
-            file=sys.stderr,
-        )
+        _error(f"unexpected {type(exc).__name__}: {text} (set {DEBUG_VARIABLE}=1 for the traceback)")
         return 1
 
 
@@ -280,6 +285,6 @@ def run() -> None:
     try:
         code = main()
     except KeyboardInterrupt:  # in the instants before main() installs its handlers, or after
-        print("error: interrupted", file=sys.stderr)
+        _error("interrupted")
         code = 130
     sys.exit(code)

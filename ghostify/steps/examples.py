@@ -12,6 +12,7 @@ from typing import Any
 from ..checkpoint import load_config
 from ..data import load_split
 from ..errors import GhostifyError
+from ..heads import head_phrase, saved_head
 from ..settings import DataSettings, ImportanceDefaults, TaskSettings
 from ..methods import Examples
 from ..tasks import TaskKind, dataset_for
@@ -50,6 +51,14 @@ def unlabelled_examples(model: str | os.PathLike, description: Mapping[str, Any]
     """:func:`task_batches`' batches, with how far a model's outputs on one of them are from a teacher's: the task's
     prediction-layer distillation loss at temperature 1, less the teacher's own (what ``Context.examples``
     gives a method: mask tuning keeps its scales only where they bring the model closer to its teacher)."""
+    data, task = settings_of(description, "the importance scores")
+    kind = task_kind(data, task)
+    head = saved_head(load_config(model))
+    if head != kind.head:  # the task's measure reads outputs this model has not: no common distance to tune by
+        raise GhostifyError(f"--tune-masks reads the data the scores were computed on, task {kind.preset.name} on "
+                            f"{data.dataset} ({kind.name}: it compares the outputs of {head_phrase(kind.head)}), but {model} has "
+                            f"{head_phrase(head)}; score the model on its own task (`ghostify importance {model} "
+                            "--task ...`), or prune without --tune-masks")
     kind, batches = task_batches(model, description, count, seed, batch_size)
 
     def distance(output: Any, teacher: Any, batch: dict[str, Any]) -> float:

@@ -501,8 +501,7 @@ def _resume_decision(work: Path, output: Path, fingerprint: dict, *, resume: boo
 def _check_same_engine(work: Path, engine: str, processes: int) -> None:
     """A training state is read back by the engine that wrote it: FSDP2's and DeepSpeed's shards by as
     many processes (a state saved before the file was kept was data parallel)."""
-    path = work / "state" / ENGINE_FILE
-    saved = json.loads(path.read_text()) if path.is_file() else {"engine": None, "processes": None}
+    saved = _saved_engine(work / "state" / ENGINE_FILE)
     sharded = {engine, saved["engine"]} - {"one process", "data parallel", None}
     if not sharded:
         return
@@ -511,6 +510,23 @@ def _check_same_engine(work: Path, engine: str, processes: int) -> None:
         raise GhostifyError(f"{work} holds a training state saved by {before}; this launch is {engine} on {processes} "
                             "processes: resume with the same accelerate config and --num_processes, or pass "
                             "--overwrite to start over")
+
+
+def _saved_engine(path: Path) -> dict[str, Any]:
+    """``engine.json`` of a saved training state (no file: a data-parallel state of an older ghostify), refused in
+    one line where it is damaged: which engine wrote the state's shards is then unknown."""
+    if not path.is_file():
+        return {"engine": None, "processes": None}
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        problem = f"is not readable JSON ({type(exc).__name__}: {exc})"
+    else:
+        engine, processes = (saved.get("engine"), saved.get("processes")) if isinstance(saved, dict) else (None, None)
+        if isinstance(engine, str) and isinstance(processes, int) and not isinstance(processes, bool) and processes > 0:
+            return {"engine": engine, "processes": processes}
+        problem = f"holds {json.dumps(saved)[:200]}, not the engine and process count that saved the state"
+    raise GhostifyError(f"{path} {problem}: the interrupted run cannot be resumed; pass --overwrite to start over")
 
 
 def _changed_settings(saved: dict[str, Any] | None, fingerprint: dict[str, Any]) -> str:

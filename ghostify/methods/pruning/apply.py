@@ -15,7 +15,7 @@ from torch import nn
 from ...architectures import ArchitectureAdapter, get_adapter
 from ...errors import GhostifyError
 from ...record import GhostifyRecord
-from ..base import Context, Entry, check_order, distinct_layers
+from ..base import Context, Entry, Examples, check_order, distinct_layers
 from ..criteria import WEIGHT_MAGNITUDE, criteria
 from ..criteria import get as get_criterion
 from ..scores import SCORES_NAME, FisherScores, ImportanceScores
@@ -146,10 +146,12 @@ def apply(model: nn.Module, record: GhostifyRecord, settings: PruneSettings, con
                     "target_ms": round(target, 4), "predicted_ms": round(predicted, 4)}
     if settings.rearrange and scores.fisher is not None:
         selection, history["rearranged"] = rearranged(selection, scores.fisher)
-    teacher = copy.deepcopy(model) if settings.tune_masks else None
+    # the examples are read (and refused) before any weight changes
+    examples = tuning_examples(scores, source, settings.tune_masks, context) if settings.tune_masks else None
+    teacher = copy.deepcopy(model) if examples is not None else None
     pruned = prune_model(model, adapter, record, selection.heads, selection.neurons)
     if teacher is not None:
-        history["tuned"] = tuned(model, teacher, scores, source, settings.tune_masks, context)
+        history["tuned"] = tuned(model, teacher, examples)
     return Entry(format=1, data=None, heads=pruned.heads, ffn=pruned.ffn, history=history)
 
 
@@ -190,10 +192,9 @@ def rearranged(selection: Selection, fisher: FisherScores) -> tuple[Selection, d
     return Selection(heads=chosen["heads"], neurons=chosen["neurons"]), outcome
 
 
-def tuned(model: nn.Module, teacher: nn.Module, scores: ImportanceScores, source: str, count: int,
-          context: Context) -> dict[str, Any]:
-    """Tune ``model``'s kept units on ``count`` unlabelled examples of the data the scores were computed on
-    (:mod:`.tuning`); what the history keeps of it."""
+def tuning_examples(scores: ImportanceScores, source: str, count: int, context: Context) -> Examples:
+    """``count`` unlabelled examples of the data the scores were computed on, in batches, to tune on
+    (:func:`tuned`); refused in one line where there are none to read or too few to hold some out."""
     data = scores.metadata.get("data")
     if not isinstance(data, dict):
         raise GhostifyError(f"--tune-masks reads unlabelled examples of the data the scores were computed on, but "
@@ -208,6 +209,13 @@ def tuned(model: nn.Module, teacher: nn.Module, scores: ImportanceScores, source
     if len(batches) < 2:
         raise GhostifyError(f"--tune-masks {count} found {sum(len(b['input_ids']) for b in batches)} training example(s) "
                             "in the scores' data; it needs at least two batches (one held out to check the scales)")
+    return examples
+
+
+def tuned(model: nn.Module, teacher: nn.Module, examples: Examples) -> dict[str, Any]:
+    """Tune ``model``'s kept units on ``examples`` (:func:`tuning_examples`, :mod:`.tuning`) towards ``teacher``;
+    what the history keeps of it."""
+    batches = examples.batches
     held_out = max(1, len(batches) // 8)
     result = tune_masks(model, teacher, batches, held_out=held_out, distance=examples.distance)
     if not result.kept:
