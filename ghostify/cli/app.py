@@ -10,6 +10,7 @@ import re
 import sys
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import metadata
 from typing import Annotated, Any
 
@@ -54,6 +55,46 @@ class _Ghostify(typer.Typer):
         return decorator
 
 
+@dataclass
+class LateCommands:
+    """Commands that join the app only when one is named: the plug-ins' (``commands/methods.py`` sets these), whose
+    import may be slow or hang, so that ``--help`` and every other command never import them."""
+
+    #: the names and one-line help of the commands not made yet, read without importing anything
+    listed: Callable[[], list[tuple[str, str]]] = lambda: []
+    #: make the command that answers to a name on the app, and return its name (None: there is none)
+    make: Callable[[str], str | None] = lambda name: None
+
+
+#: set by ``commands/methods.py``
+LATE = LateCommands()
+
+
+class _Commands(HelpGroup):
+    """The ``ghostify`` group: its late commands (:class:`LateCommands`) are listed by their declared name and help,
+    and made when one is named."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = super().list_commands(ctx)
+        return names + sorted(name for name, _ in LATE.listed() if name not in names)
+
+    def late_rows(self) -> list[tuple[str, str]]:
+        return LATE.listed()
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        found = super().get_command(ctx, name)
+        if found is not None:
+            return found
+        made = LATE.make(name)
+        info = next((c for c in app.registered_commands if made is not None and c.name == made), None)
+        if info is None:
+            return None
+        command = typer.main.get_command_from_info(info, pretty_exceptions_short=app.pretty_exceptions_short,
+                                                   rich_markup_mode=app.rich_markup_mode)
+        self.add_command(command, name)
+        return command
+
+
 app = _Ghostify(
     name="ghostify",
     help="Compress Hugging Face encoders with the GhostBERT recipe: importance, prune, attach-ghost, "
@@ -62,12 +103,12 @@ app = _Ghostify(
     add_completion=True,  # --install-completion / --show-completion SHELL
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # help.py writes --help as plain text: rich's panels cut flags at 80 columns
-    cls=HelpGroup,
+    cls=_Commands,
 )
 
 
-#: what runs as the command line is read, unless it asks only for --version: the plug-ins' commands join then
-#: (``commands/methods.py`` adds them), so that --version loads no plug-in and a broken one warns in one line
+#: what runs as the command line is read, unless it asks only for --version: the commands of the methods loaded
+#: already join then (``commands/methods.py``; plug-ins not imported yet join when their command is named: ``LATE``)
 BEFORE_COMMANDS: list[Callable[[], None]] = []
 
 

@@ -253,6 +253,11 @@ def add(method: Method) -> None:
     REGISTRY.append(method)
 
 
+def registry_loaded() -> bool:
+    """Whether the registry was read already (the plug-ins are imported): listing it costs nothing more."""
+    return bool(REGISTRY)
+
+
 def registry() -> tuple[Method, ...]:
     if not REGISTRY and _LOADER:
         REGISTRY[:] = [*_LOADER[0](), *_ADDED]
