@@ -67,7 +67,8 @@ class Examples:
     batch)``: how far a model's outputs on a batch are from a teacher's by the task's own measure (0: the same)."""
 
     batches: list
-    distance: Callable[[Any, Any, Mapping[str, Any]], float]
+    #: None where only the batches are wanted (a recipe counts them before its stages run)
+    distance: Callable[[Any, Any, Mapping[str, Any]], float] | None = None
 
 
 #: ``examples(model, data, count, seed, batch_size)``: ``count`` unlabelled training examples (a seeded subset) of

@@ -12,7 +12,7 @@ from ..data import load_split
 from ..data.tasks import PRESETS
 from ..errors import GhostifyError
 from ..export.runtime import OnnxModel, onnx_path
-from ..flatten import flat_settings
+from ..flatten import checks_arguments, flat_settings
 from ..settings import DEFAULT_DATASET, EVAL_BATCH_SIZE, DataSettings, TaskSettings
 from ..tasks import dataset_for
 from ..training.sharding import end_run, launched_engine, make_accelerator
@@ -43,7 +43,7 @@ def evaluate(
     """
     from torch.utils.data import DataLoader
 
-    check_positive(batch_size=batch_size)
+    check_arguments(batch_size=batch_size)
     graph = onnx_path(model)  # an export of `ghostify export --format onnx`: run in ONNX Runtime
     directory = graph.parent if graph is not None else model
     if data.task is None and data.text_columns is None and not any(task_settings.columns().values()):
@@ -109,6 +109,14 @@ def _task_from_history(model: str | os.PathLike, directory: str | os.PathLike, d
 
 
 #: the graph outputs each task kind's evaluation reads (the embeddings kind pools hidden states itself)
+def check_arguments(*, batch_size: int = BATCH_SIZE, **_: object) -> None:
+    """What :func:`evaluate` refuses of its arguments before reading anything."""
+    check_positive(batch_size=batch_size)
+
+
+checks_arguments(evaluate, check_arguments)
+
+
 ONNX_OUTPUTS = {"classification": ("logits",), "tokens": ("logits",), "qa": ("start_logits", "end_logits")}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,7 +15,8 @@ from ..data import load_split
 from ..errors import GhostifyError
 from ..heads import head_phrase, saved_head
 from ..settings import DataSettings, ImportanceDefaults, TaskSettings
-from ..methods import Examples
+from ..methods import Context, Examples
+from ..methods.pruning import tuning_examples
 from ..tasks import TaskKind, dataset_for
 from .common import load_tokenizer
 from .training_common import task_kind
@@ -67,6 +69,23 @@ def unlabelled_examples(model: str | os.PathLike, description: Mapping[str, Any]
     return Examples(batches=batches, distance=distance)
 
 
+def counted_examples(model: str | os.PathLike, description: Mapping[str, Any], count: int, seed: int,
+                     batch_size: int = ImportanceDefaults.batch_size) -> Examples:
+    """:func:`task_batches`' batches alone: what a recipe counts before its stages run (:func:`check_tuning_data`)."""
+    return Examples(batches=task_batches(model, description, count, seed, batch_size)[1])
+
+
+def check_tuning_data(model: str | os.PathLike, description: Any, count: int, seed: int, *, scores: str) -> None:
+    """Refuse now what ``prune --tune-masks count`` will refuse of the data ``description`` names (what ``importance``
+    records of its data: none, or too few examples to hold some out), read with ``model``'s tokenizer, where that
+    data is local (a dataset of the hub is read when the stage runs). ``scores``: where the scores are, for messages."""
+    if isinstance(description, Mapping):
+        data, task = settings_of(description, scores)
+        if not Path(dataset_for(task_kind(data, task).preset, data.dataset)).exists():
+            return
+    tuning_examples(description, scores, count, Context(source=str(model), seed=seed, examples=counted_examples))
+
+
 def task_batches(model: str | os.PathLike, description: Mapping[str, Any], count: int, seed: int,
                  batch_size: int = ImportanceDefaults.batch_size) -> tuple[TaskKind, list[dict[str, Any]]]:
     """``count`` training examples (a seeded random subset) of the data ``description`` names, encoded as the
@@ -93,4 +112,5 @@ def task_batches(model: str | os.PathLike, description: Mapping[str, Any], count
     return kind, batches
 
 
-__all__ = ["SPLIT", "data_description", "settings_of", "task_batches", "unlabelled_examples"]
+__all__ = ["SPLIT", "check_tuning_data", "counted_examples", "data_description", "settings_of", "task_batches",
+           "unlabelled_examples"]

@@ -22,6 +22,7 @@ from ..export.hf import QUIET_TRANSFORMERS, WITHOUT_GHOSTIFY, drop_auto_map, wri
 from ..export.onnx import INT8_NAME, ONNX_NAME, example_batch, input_names, require_onnx, resolve_keep_fp32, write_onnx
 from ..export.runtime import onnx_path
 from ..files import atomic_directory, check_output_dir, copy_tokenizer
+from ..flatten import checks_arguments
 from ..hub import hub_target, push_folder
 from ..methods import export_refusals
 from ..pooling import Pooling, export_layout_source, read_modules
@@ -62,20 +63,8 @@ def export(
         >>> export("runs/quick/06-final", "runs/quick/onnx", format="onnx", quantize="int8")  # doctest: +SKIP
         >>> export("runs/quick/06-final", "runs/quick/hf", push_to_hub="my-org/minilm-ghost")  # doctest: +SKIP
     """
-    if format not in FORMATS:
-        raise GhostifyError(f"--format {format!r} is not one of {', '.join(FORMATS)}")
-    if quantize is not None and quantize not in QUANTIZATIONS:
-        raise GhostifyError(f"--quantize {quantize!r} is not one of {', '.join(QUANTIZATIONS)}")
-    if quantize is not None and format != "onnx":
-        raise GhostifyError(f"--quantize {quantize} quantises an ONNX graph; add --format onnx")
+    check_arguments(format=format, quantize=quantize, keep_fp32=keep_fp32)
     keep_fp32 = tuple(keep_fp32 or ())
-    if any(not str(name).strip() for name in keep_fp32):  # `--keep-fp32 ''` is a mistake, not "none"
-        raise GhostifyError(f"--keep-fp32 {','.join(keep_fp32)!r} names an empty module; give comma-separated module "
-                            "names or patterns (e.g. task-head, '*.output.dense'), or leave "
-                            "--keep-fp32 out")
-    if keep_fp32 and quantize != "int8":
-        raise GhostifyError(f"--keep-fp32 {','.join(keep_fp32)} keeps modules out of int8 quantisation; add "
-                            "--format onnx --quantize int8, or drop it")
     if format == "onnx":
         require_onnx()
     if onnx_path(model) is not None:
@@ -170,6 +159,28 @@ def _no_space(where: str) -> GhostifyError:
     return GhostifyError(f"the temporary directory {where} ran out of space during the export's check without "
                          "ghostify (it holds a copy of the model's code and a re-saved model): free space there, or "
                          "point TMPDIR at a disk with room, e.g. TMPDIR=/path/with/room ghostify export ...")
+
+
+def check_arguments(*, format: str = ExportDefaults.format, quantize: str | None = None,
+                    keep_fp32: tuple[str, ...] | None = None, **_: object) -> None:
+    """What :func:`export` refuses of its arguments before reading anything."""
+    if format not in FORMATS:
+        raise GhostifyError(f"--format {format!r} is not one of {', '.join(FORMATS)}")
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise GhostifyError(f"--quantize {quantize!r} is not one of {', '.join(QUANTIZATIONS)}")
+    if quantize is not None and format != "onnx":
+        raise GhostifyError(f"--quantize {quantize} quantises an ONNX graph; add --format onnx")
+    keep_fp32 = tuple(keep_fp32 or ())
+    if any(not str(name).strip() for name in keep_fp32):  # `--keep-fp32 ''` is a mistake, not "none"
+        raise GhostifyError(f"--keep-fp32 {','.join(keep_fp32)!r} names an empty module; give comma-separated module "
+                            "names or patterns (e.g. task-head, '*.output.dense'), or leave "
+                            "--keep-fp32 out")
+    if keep_fp32 and quantize != "int8":
+        raise GhostifyError(f"--keep-fp32 {','.join(keep_fp32)} keeps modules out of int8 quantisation; add "
+                            "--format onnx --quantize int8, or drop it")
+
+
+checks_arguments(export, check_arguments)
 
 
 @torch.no_grad()

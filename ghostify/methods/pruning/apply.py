@@ -24,7 +24,7 @@ from .importance import magnitude_importance
 from .latency_allocation import check_reachable, comparable_scores, current_width, model_geometry, select_for_latency
 from .modules import prune_layer
 from .rearrange import gram, objective, rearrange
-from .settings import TUNE_BATCH_SIZE, PruneSettings
+from .settings import TUNE_BATCH_SIZE, TUNE_MIN_EXAMPLES, PruneSettings
 from .tuning import check_tunable, tune_masks
 
 
@@ -147,7 +147,8 @@ def apply(model: nn.Module, record: GhostifyRecord, settings: PruneSettings, con
     if settings.rearrange and scores.fisher is not None:
         selection, history["rearranged"] = rearranged(selection, scores.fisher)
     # the examples are read (and refused) before any weight changes
-    examples = tuning_examples(scores, source, settings.tune_masks, context) if settings.tune_masks else None
+    examples = tuning_examples(scores.metadata.get("data"), source, settings.tune_masks, context) \
+        if settings.tune_masks else None
     teacher = copy.deepcopy(model) if examples is not None else None
     pruned = prune_model(model, adapter, record, selection.heads, selection.neurons)
     if teacher is not None:
@@ -192,10 +193,10 @@ def rearranged(selection: Selection, fisher: FisherScores) -> tuple[Selection, d
     return Selection(heads=chosen["heads"], neurons=chosen["neurons"]), outcome
 
 
-def tuning_examples(scores: ImportanceScores, source: str, count: int, context: Context) -> Examples:
-    """``count`` unlabelled examples of the data the scores were computed on, in batches, to tune on
-    (:func:`tuned`); refused in one line where there are none to read or too few to hold some out."""
-    data = scores.metadata.get("data")
+def tuning_examples(data: Any, source: str, count: int, context: Context) -> Examples:
+    """``count`` unlabelled examples of ``data`` (what ``importance`` recorded of the data the scores in ``source``
+    were computed on: ``metadata["data"]``), in batches, to tune on (:func:`tuned`); refused in one line where there
+    are none to read or too few to hold some out. A recipe asks before any stage runs, where the data is local."""
     if not isinstance(data, dict):
         raise GhostifyError(f"--tune-masks reads unlabelled examples of the data the scores were computed on, but "
                             f"{source} does not say which (weight magnitude, or an older ghostify); run `ghostify "
@@ -207,8 +208,11 @@ def tuning_examples(scores: ImportanceScores, source: str, count: int, context: 
     examples = context.examples(context.source, data, count, context.seed, max(1, min(TUNE_BATCH_SIZE, count // 8)))
     batches = examples.batches
     if len(batches) < 2:
-        raise GhostifyError(f"--tune-masks {count} found {sum(len(b['input_ids']) for b in batches)} training example(s) "
-                            "in the scores' data; it needs at least two batches (one held out to check the scales)")
+        found = sum(len(b["input_ids"]) for b in batches)
+        fix = (f"ask for --tune-masks {found}" if TUNE_MIN_EXAMPLES <= found < count else
+               "prune without --tune-masks (too few examples to tune on)")
+        raise GhostifyError(f"--tune-masks {count} found {found} training example(s) in the scores' data; it needs at "
+                            f"least two batches (one held out to check the scales): {fix}")
     return examples
 
 
