@@ -31,7 +31,7 @@ def evaluate(
     split: str | None = None,
     batch_size: int = BATCH_SIZE,
 ) -> dict[str, Any]:
-    """``{"task": ..., "split": ..., "metrics": {...}, "samples": n}`` for ``model`` on ``split``
+    """``{"task": ..., "split": ..., "metrics": {...}, "main_metric": ..., "samples": n}`` for ``model`` on ``split``
     (default: the task's validation split) of ``data`` (or its fields as flat keywords), with the
     metrics of the task's kind: accuracy, F1, Matthews or Pearson/Spearman; entity precision,
     recall, F1 and token accuracy; SQuAD exact match and F1; or an embedding model's Spearman and
@@ -75,7 +75,9 @@ def evaluate(
     finally:
         end_run(accelerator, partial_type)
     samples, windows = metrics.pop("samples", 0), metrics.pop("windows", None)
-    result = {"task": preset.name, "dataset": str(dataset), "split": split, "metrics": metrics, "samples": samples}
+    # the task's own metric (what picks a training run's best epoch): a report's headline
+    result = {"task": preset.name, "dataset": str(dataset), "split": split, "metrics": metrics,
+              "main_metric": evaluation.select, "samples": samples}
     return result if windows is None else {**result, "windows": windows}  # --chunks: the rows the model ran on
 
 
