@@ -4,10 +4,11 @@ reads through :attr:`ghostify.methods.Context.examples` (prune's mask tuning), d
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..checkpoint import load_config
@@ -53,15 +54,16 @@ def unlabelled_examples(model: str | os.PathLike, description: Mapping[str, Any]
     """:func:`task_batches`' batches, with how far a model's outputs on one of them are from a teacher's: the task's
     prediction-layer distillation loss at temperature 1, less the teacher's own (what ``Context.examples``
     gives a method: mask tuning keeps its scales only where they bring the model closer to its teacher)."""
-    data, task = settings_of(description, "the importance scores")
-    kind = task_kind(data, task)
+    data, task = settings_of(description, "the scores file")
+    with _recorded_data():
+        kind = task_kind(data, task)
     head = saved_head(load_config(model))
     if head != kind.head:  # the task's measure reads outputs this model has not: no common distance to tune by
         raise GhostifyError(f"--tune-masks reads the data the scores were computed on, task {kind.preset.name} on "
                             f"{data.dataset} ({kind.name}: it compares the outputs of {head_phrase(kind.head)}), but {model} has "
                             f"{head_phrase(head)}; score the model on its own task (`ghostify importance {model} "
                             "--task ...`), or prune without --tune-masks")
-    kind, batches = task_batches(model, description, count, seed, batch_size)
+    kind, batches = _tuning_batches(model, description, count, seed, batch_size)
 
     def distance(output: Any, teacher: Any, batch: dict[str, Any]) -> float:
         return float(kind.teacher_loss(output, teacher, batch, 1.0)) - float(kind.teacher_loss(teacher, teacher, batch, 1.0))
@@ -72,7 +74,26 @@ def unlabelled_examples(model: str | os.PathLike, description: Mapping[str, Any]
 def counted_examples(model: str | os.PathLike, description: Mapping[str, Any], count: int, seed: int,
                      batch_size: int = ImportanceDefaults.batch_size) -> Examples:
     """:func:`task_batches`' batches alone: what a recipe counts before its stages run (:func:`check_tuning_data`)."""
-    return Examples(batches=task_batches(model, description, count, seed, batch_size)[1])
+    return Examples(batches=_tuning_batches(model, description, count, seed, batch_size)[1])
+
+
+def _tuning_batches(model: str | os.PathLike, description: Mapping[str, Any], count: int, seed: int,
+                    batch_size: int) -> tuple[TaskKind, list[dict[str, Any]]]:
+    """:func:`task_batches` for ``prune --tune-masks``, whose user named no data: a refusal of the data says whose it is."""
+    with _recorded_data():
+        return task_batches(model, description, count, seed, batch_size)
+
+
+@contextlib.contextmanager
+def _recorded_data() -> Iterator[None]:
+    """A refusal of the data the scores recorded, said as such (the user of ``prune`` named no data)."""
+    try:
+        yield
+    except GhostifyError as exc:
+        lines = str(exc).splitlines() or [type(exc).__name__]
+        raise GhostifyError(f"--tune-masks reads the data the scores were computed on, as `ghostify importance` recorded "
+                            f"it, and cannot: {lines[0]}; re-run `ghostify importance` on data that is there, or prune "
+                            "without --tune-masks") from None
 
 
 def check_tuning_data(model: str | os.PathLike, description: Any, count: int, seed: int, *, scores: str) -> None:
@@ -81,7 +102,9 @@ def check_tuning_data(model: str | os.PathLike, description: Any, count: int, se
     data is local (a dataset of the hub is read when the stage runs). ``scores``: where the scores are, for messages."""
     if isinstance(description, Mapping):
         data, task = settings_of(description, scores)
-        if not Path(dataset_for(task_kind(data, task).preset, data.dataset)).exists():
+        with _recorded_data():
+            kind = task_kind(data, task)
+        if not Path(dataset_for(kind.preset, data.dataset)).exists():
             return
     tuning_examples(description, scores, count, Context(source=str(model), seed=seed, examples=counted_examples))
 
@@ -93,7 +116,7 @@ def task_batches(model: str | os.PathLike, description: Mapping[str, Any], count
     task kind that read them (completed from the data: its labels)."""
     from torch.utils.data import DataLoader
 
-    data, task = settings_of(description, "the importance scores")
+    data, task = settings_of(description, "the scores file")
     kind = task_kind(data, task).for_model(load_config(model))
     kind.reads_outputs_of(model)  # the losses compare outputs of this model (and of its pruned copies)
     dataset = dataset_for(kind.preset, data.dataset)
