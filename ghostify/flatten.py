@@ -120,4 +120,12 @@ def flat_settings(function: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-__all__ = ["FlatParameter", "flat_parameters", "flat_settings", "pack", "setting_fields", "settings_parameters"]
+def checks_arguments(step: Callable[..., Any], check: Callable[..., None]) -> Callable[..., Any]:
+    """Give ``step`` its ``check_arguments``: the refusals of its arguments that need no file read (called with
+    the step's arguments as keywords, settings dataclasses packed; it takes ``**_`` for the others). The step
+    makes them first; a recipe makes them for every stage before any stage runs (``ghostify.recipe``)."""
+    step.check_arguments = check  # type: ignore[attr-defined]
+    return step
+
+
+__all__ = ["FlatParameter", "checks_arguments", "flat_parameters", "flat_settings", "pack", "setting_fields", "settings_parameters"]

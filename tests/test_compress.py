@@ -386,3 +386,63 @@ def test_task_metric_scores_each_model_on_labelled_training_examples(world, tmp_
     data = ImportanceScores.load(tmp_path / "scored").metadata["data"]
     metric, scores, count = fidelity.task_metric([world / "model", world / "model"], data, samples=20, seed=1)
     assert metric == "accuracy" and count == 20 and scores[0] == scores[1] and 0 <= scores[0] <= 1
+
+
+# ----------------------------------------------------------------------------------------------
+# the report's headline is the task's own metric (issue 48)
+# ----------------------------------------------------------------------------------------------
+def _report(teacher: dict, compressed: dict, main: str | None) -> dict:
+    """A report.json as compress writes it (the parts markdown reads), with these validation metrics."""
+    attempt = {"allocated_for": 3.0, "predicted": 3.0, "measured": 2.9, "rounds": 5}
+    return {"model": "m", "target_speedup": 3.0, "deployment": {}, "measured_speedup": 2.9, "measured_range": [2.8, 3.0],
+            "latency_ms": {"dense": 3.0, "compressed": 1.0}, "clock": "cpu", "within_tolerance": True,
+            "tolerance": 0.1, "allocations": [attempt], "teacher_metrics": teacher, "metrics": compressed,
+            "main_metric": main, "shipped_metrics": compressed, "params": {"teacher": 10, "compressed": 5},
+            "flops": {"teacher": 100, "compressed": 40}, "choice": None, "layers": [0, 1],
+            "heads_per_layer": [2, 2], "neurons_per_layer": [9, 9], "layers_of": 2,
+            "budget_settings": {"max_samples": 100, "epochs": 1, "importance_samples": 16}, "budget": "quick",
+            "model_dir": "d", "shipped": "s", "stages_dir": "x"}
+
+
+def test_the_report_names_the_share_of_the_tasks_own_metric():
+    """A held-out CoNLL-2003 run at 3x said "93.7% of the teacher": its precision, the first metric listed, where
+    entity F1 kept 94.2% (0.7299 of 0.7747). The headline is the task's own metric, named."""
+    from ghostify.recipe.compress_report import markdown
+
+    teacher = {"precision": 0.8000, "recall": 0.7500, "f1": 0.7747, "accuracy": 0.95}
+    compressed = {"precision": 0.7496, "recall": 0.7110, "f1": 0.7299, "accuracy": 0.94}
+    text = markdown(_report(teacher, compressed, "f1"))
+    assert "(f1: 94.2% of the teacher's)" in text and "93.7%" not in text
+    assert text.count("of the teacher's") == 2  # the validation row and the shipped row
+    # an eval that names no metric (an older run directory): no share at all rather than another metric's
+    assert "of the teacher" not in markdown(_report(teacher, compressed, None))
+
+
+@pytest.mark.parametrize(("kind", "main"), [("classification", "accuracy"), ("tokens", "f1"), ("qa", "f1"),
+                                            ("embeddings", "spearman")])
+def test_eval_names_the_tasks_own_metric(kind, main, tmp_path):
+    """What compress's report reads: eval.json's main_metric is the metric that picks a training run's best epoch
+    (the preset's for sentence classification, entity F1 for tagging, F1 for QA, Spearman for STS pairs)."""
+    from ghostify import steps
+    from ghostify.testing import (tiny_sentence_transformer, write_toy_ner_dataset, write_toy_pairs,
+                                  write_toy_squad_dataset)
+
+    if kind == "embeddings":
+        model = tiny_sentence_transformer(tmp_path / "m")
+        data = {"task": "embeddings", "dataset": str(write_toy_pairs(tmp_path / "d")),
+                "text_columns": ("sentence1", "sentence2"), "label_column": "label"}
+    else:
+        head = {"classification": "sequence-classification", "tokens": "token-classification",
+                "qa": "question-answering"}[kind]
+        model = tiny_checkpoint(tmp_path / "m", head=head, **({"num_labels": 5} if kind == "tokens" else {}))
+        if kind == "classification":
+            data = {"dataset": str(write_toy_dataset(tmp_path / "d", train=16, validation=16)),
+                    "text_columns": ("sentence",), "label_column": "label"}
+        elif kind == "tokens":
+            data = {"dataset": str(write_toy_ner_dataset(tmp_path / "d", train=8, validation=8)),
+                    "tokens_column": "tokens", "tags_column": "ner_tags"}
+        else:
+            data = {"dataset": str(write_toy_squad_dataset(tmp_path / "d", train=6, validation=6)),
+                    "question_column": "question", "context_column": "context", "answers_column": "answers"}
+    result = steps.evaluate(model, **data, max_length=64)
+    assert result["main_metric"] == main and main in result["metrics"], result

@@ -25,7 +25,7 @@ from ghostify.checkpoint import load_model, model_record
 from ghostify.errors import GhostifyError
 from ghostify.example_loss import per_example_loss
 from ghostify.export.hf import QUIET_TRANSFORMERS, WITHOUT_GHOSTIFY
-from ghostify.export.onnx import example_batch, input_names
+from ghostify.export.onnx import check_batches, example_batch, input_names
 from ghostify.methods import METHODS, by_name, channel_origin, check_order
 from ghostify.methods.hidden import PadChannels, channel_gates, kept_channels, prune_hidden
 from ghostify.methods.pruning import ImportanceScores, compute_importance
@@ -452,7 +452,15 @@ def test_export_command_checks_hf_and_onnx_fp32_and_int8_parity(family, tmp_path
     assert steps.export(tmp_path / "narrow", tmp_path / "hf", format="hf")["max_difference"] <= 1e-5
     result = steps.export(tmp_path / "narrow", tmp_path / "onnx", format="onnx", quantize="int8")
     assert result["max_difference"] <= 1e-4
-    assert result["int8_difference"] <= 0.1  # int8 weights: a loose tolerance on logits of order 0.1-1
+    # the int8 graph's error is relative to the logits' size, which differs by families by two orders of magnitude
+    # (a tiny random BERT's logits are about 0.01, ModernBERT's about 1), and depends on the CPU: ONNX Runtime's
+    # u8s8 integer kernel sums pairs of products in int16 and saturates on AVX2 without VNNI (ModernBERT: 0.106 of
+    # 1.77 on an AMD EPYC without VNNI, 0.024 with reduce_range's 7-bit weights). What holds on any CPU: within 10%
+    # of the largest logit (a broken quantisation is off by about all of it); for BERT far tighter than 0.1 was
+    net = load_model(tmp_path / "narrow")
+    with torch.no_grad():
+        scale = max(float(net(**batch).logits.abs().max()) for batch in check_batches(net, input_names(net)))
+    assert 0 < result["int8_difference"] <= 0.1 * scale, (result["int8_difference"], scale)
 
 
 def test_two_fresh_runs_write_byte_identical_models(tmp_path, toy):

@@ -133,8 +133,10 @@ def plugin(tmp_path_factory) -> dict[str, str]:
     (package / "restore.py").write_text(textwrap.dedent(RESTORE))
     info = root / "ghostify_scale_plugin-0.1.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ghostify-scale-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[ghostify.methods]\nscale = ghostify_scale_plugin:METHOD\n")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ghostify-scale-plugin\nVersion: 0.1\n"
+                                   "Summary: Scale the word embeddings.\n")
+    # the entry point is named after the command: `ghostify --help` lists it without importing the plug-in
+    (info / "entry_points.txt").write_text("[ghostify.methods]\nscale-embeddings = ghostify_scale_plugin:METHOD\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
     return env
 
@@ -146,6 +148,8 @@ def _ghostify(env, *args, cwd=None) -> subprocess.CompletedProcess:
 
 def test_a_plugin_method_is_a_command_a_stage_an_info_row_and_exports(plugin, tmp_path):
     tiny_checkpoint(tmp_path / "m")
+    listed = _ghostify(plugin, "--help")  # from the installed metadata: the entry point's name, the summary
+    assert "scale-embeddings Scale the word embeddings. (the plug-in ghostify-scale-plugin)" in " ".join(listed.stdout.split())
     helped = _ghostify(plugin, "scale-embeddings", "--help")
     assert helped.returncode == 0 and "--factor" in helped.stdout and "Scale the word embeddings" in helped.stdout
     done = _ghostify(plugin, "scale-embeddings", tmp_path / "m", "-o", tmp_path / "s", "--factor", "3")

@@ -392,3 +392,50 @@ def test_tuning_without_data_to_read_is_one_line(tmp_path, capsys):
     code, out, err = run_cli(capsys, "prune", model, "-o", tmp_path / "o", "--width", "0.5", "--tune-masks", "64")
     assert code != 0 and "--tune-masks reads unlabelled examples of the data the scores were computed on" in err
     assert err.count("error:") == 1 and not (tmp_path / "o").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# a sentence-embedding model (issue 48): mask tuning and compress's candidate choice compare pooled embeddings
+# ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def embedding_scores(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """A tiny sentence-transformers model, its label-free scores on pairs of sentences, and a latency model of it."""
+    from ghostify.testing import FFN, HEADS, HIDDEN, LAYERS, tiny_sentence_transformer, write_toy_pairs
+
+    root = tmp_path_factory.mktemp("embeddings")
+    model = tiny_sentence_transformer(root / "st")
+    pairs = write_toy_pairs(root / "pairs")
+    steps.importance(model, root / "scored", task="embeddings", dataset=str(pairs),
+                     text_columns=("sentence1", "sentence2"), label_free=True, samples=48, max_length=32)
+    latency = LatencyModel(geometry=Geometry("BERT", HIDDEN, HEADS, FFN, LAYERS), deployment=Deployment(),
+                           machine="test", base_ms=0.5, layer_ms=0.25, head_ms=0.25, neuron_ms=0.02)
+    (root / "latency").mkdir()
+    latency.save(root / "latency" / "latency.json")
+    return model, root / "scored", root / "latency"
+
+
+def test_mask_tuning_works_on_a_sentence_embedding_model(tmp_path, embedding_scores, capsys):
+    """`prune --speedup 2 --tune-masks N` on label-free embedding scores was `unexpected KeyError: 'student'`: the
+    distance of the tuned model to its teacher pools both models' outputs as their sentence-transformers model does."""
+    from ghostify.tasks.embeddings import pooling_of
+
+    model, scored, latency = embedding_scores
+    code, out, err = run_cli(capsys, "prune", scored, "-o", tmp_path / "tuned", "--speedup", "2", "--latency", latency,
+                             "--tune-masks", "32")
+    assert code == 0, err
+    tuned = json.loads((tmp_path / "tuned" / "config.json").read_text())["ghostify"]["history"][-1]["arguments"]["tuned"]
+    assert tuned["examples"] == 64  # 32 pairs: two sentences each
+    assert tuned["distance_before"] > 0 and tuned["distance_after"] is not None
+    assert pooling_of(tmp_path / "tuned") == pooling_of(model)  # still pools as the original model does
+
+
+def test_compress_candidates_are_compared_on_a_sentence_embedding_model(tmp_path, embedding_scores):
+    """compress's candidate choice (`steps/fidelity.py`) loads the roles "teacher" and "model": it compares their
+    pooled embeddings, 0 for the teacher itself and more for a pruned model."""
+    from ghostify.steps.fidelity import teacher_gap
+
+    model, scored, _ = embedding_scores
+    steps.prune(scored, tmp_path / "half", width="0.5")
+    description = ImportanceScores.load(scored).metadata["data"]
+    gaps = teacher_gap([model, tmp_path / "half"], model, description, samples=16, seed=0)
+    assert gaps[0] == pytest.approx(0.0, abs=1e-6) and gaps[1] > 1e-6

@@ -62,16 +62,16 @@ run()
 """
 
 
-def _launch(args: list[str], cwd: Path, engine: str | None,
+def _launch(args: list[str], cwd: Path, engine: str | Path | None,
             program: list[str] | None = None) -> subprocess.CompletedProcess:
-    """``accelerate launch`` of ``ghostify ARGS`` on 2 CPU processes: under ``engine``'s config, or data
-    parallel (``--multi_gpu``) for None."""
+    """``accelerate launch`` of ``ghostify ARGS`` on 2 CPU processes: under ``engine``'s config (or the config
+    file ``engine``), or data parallel (``--multi_gpu``) for None."""
     launch = [sys.executable, "-m", "accelerate.commands.launch"]
     if engine is None:
         launch += ["--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
                    "--dynamo_backend", "no"]
     else:
-        launch += ["--config_file", str(CONFIGS / ENGINES[engine][0])]
+        launch += ["--config_file", str(engine if isinstance(engine, Path) else CONFIGS / ENGINES[engine][0])]
     env = dict(os.environ, OMP_NUM_THREADS="1", GHOSTIFY_DEBUG="", GHOSTIFY_SHARDED_CPU="1")
     command = [*launch, "--main_process_port", "0", *(program or ["-m", "ghostify"]), *args]
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
@@ -224,6 +224,30 @@ def test_recipe_runs_under_a_sharded_config(engine, inputs, tmp_path):
     assert json.loads((tmp_path / "run" / "06-eval" / "eval.json").read_text())["samples"] == 32
 
 
+# ---- refusals under a launch: one line, once --------------------------------------------------------
+@pytest.mark.parametrize("case", ["fsdp1-config", "data-parallel-unknown-column"])
+def test_a_refusal_under_a_launch_is_one_line_from_the_main_process(case, inputs, tmp_path):
+    """Issue 48: an FSDP1 config under GHOSTIFY_SHARDED_CPU=1 was Accelerate's `unexpected RuntimeError: There are
+    currently no available devices found` (the check came after Accelerate read the config), and every refusal was
+    printed once per process, or as "terminated by SIGTERM" by a process the launcher stopped. Now the main process
+    says it once; the others exit quietly with the same code."""
+    args = _commands(inputs, tmp_path)["finetune"]
+    if case == "fsdp1-config":
+        engine: Path | None = tmp_path / "fsdp1.yaml"
+        engine.write_text((CONFIGS / "fsdp2-cpu.yaml").read_text().replace("fsdp_version: 2", "fsdp_version: 1"))
+        expected = "the launch config uses FSDP version 1; ghostify shards with FSDP2"
+    else:
+        engine = None
+        args[args.index("--text-columns") + 1] = "sentense"  # read after the model, when the processes are up
+        expected = "no column 'sentense'"
+    result = _launch(args, tmp_path, engine)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode != 0
+    assert len(errors) == 1 and expected in errors[0], result.stderr[-4000:]
+    assert "unexpected" not in result.stderr and "terminated by" not in result.stderr
+    assert not (tmp_path / "finetune").exists() and not (tmp_path / "finetune.partial").exists()
+
+
 # ---- refusals (in-process: no launch needed) --------------------------------------------------------
 
 
@@ -235,6 +259,22 @@ def test_a_sharded_config_on_the_cpu_without_the_setting_is_refused(monkeypatch)
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     monkeypatch.delenv(SHARDED_CPU, raising=False)
     with pytest.raises(GhostifyError, match=f"set {SHARDED_CPU}=1"):
+        accelerator_options()
+
+
+@pytest.mark.parametrize("version", ["1", None], ids=["fsdp-version-1", "no-fsdp-version"])
+def test_fsdp1_is_refused_before_accelerate_reads_the_config(version, monkeypatch):
+    """Read from the launch's environment before any Accelerate state is built (where none is named, Accelerate's
+    default is FSDP1)."""
+    from ghostify.training.sharding import SHARDED_CPU, accelerator_options
+
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv(SHARDED_CPU, "0" if torch.cuda.is_available() else "1")
+    if version is None:
+        monkeypatch.delenv("FSDP_VERSION", raising=False)
+    else:
+        monkeypatch.setenv("FSDP_VERSION", version)
+    with pytest.raises(GhostifyError, match="the launch config uses FSDP version 1; ghostify shards with FSDP2"):
         accelerator_options()
 
 

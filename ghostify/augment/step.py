@@ -16,6 +16,7 @@ from ..data import label_kind, load_split, resolve_task
 from ..device import default_device
 from ..errors import CheckpointError, DataError
 from ..files import atomic_directory, check_output_dir
+from ..flatten import checks_arguments
 from ..settings import AugmentDefaults, DataSettings
 from ..tasks import kind_for
 from ..tokenization import check_max_length
@@ -86,7 +87,8 @@ def augment(
         >>> augment("bert-base-uncased", "data/sst2-aug", task="sst2", max_samples=1000)  # doctest: +SKIP
     """
     started = time.perf_counter()
-    check_settings(per_example, replace_prob, top_k, max_length, batch_size, max_samples)
+    _check_arguments(per_example=per_example, replace_prob=replace_prob, top_k=top_k, max_length=max_length,
+                     batch_size=batch_size, max_samples=max_samples)
     out = check_output_dir(output, overwrite=overwrite, inputs=(("--dataset", dataset), ("--mlm", mlm), ("--label-with", label_with)))
     check_max_length(max_length, mlm, label_with)
     preset = resolve_task(task, text_columns=text_columns, label_column=label_column)
@@ -230,3 +232,13 @@ def augment(
         seconds=time.perf_counter() - started,
         examples=examples,
     )
+
+
+def _check_arguments(*, per_example: int | None = None, replace_prob: float = AugmentDefaults.replace_prob,
+                     top_k: int = AugmentDefaults.top_k, max_length: int = DataSettings.max_length,
+                     batch_size: int = AugmentDefaults.batch_size, max_samples: int | None = None, **_: object) -> None:
+    """What :func:`augment` refuses of its arguments before reading anything."""
+    check_settings(per_example, replace_prob, top_k, max_length, batch_size, max_samples)
+
+
+checks_arguments(augment, _check_arguments)

@@ -10,6 +10,7 @@ import re
 import sys
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import metadata
 from typing import Annotated, Any
 
@@ -54,6 +55,46 @@ class _Ghostify(typer.Typer):
         return decorator
 
 
+@dataclass
+class LateCommands:
+    """Commands that join the app only when one is named: the plug-ins' (``commands/methods.py`` sets these), whose
+    import may be slow or hang, so that ``--help`` and every other command never import them."""
+
+    #: the names and one-line help of the commands not made yet, read without importing anything
+    listed: Callable[[], list[tuple[str, str]]] = lambda: []
+    #: make the command that answers to a name on the app, and return its name (None: there is none)
+    make: Callable[[str], str | None] = lambda name: None
+
+
+#: set by ``commands/methods.py``
+LATE = LateCommands()
+
+
+class _Commands(HelpGroup):
+    """The ``ghostify`` group: its late commands (:class:`LateCommands`) are listed by their declared name and help,
+    and made when one is named."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = super().list_commands(ctx)
+        return names + sorted(name for name, _ in LATE.listed() if name not in names)
+
+    def late_rows(self) -> list[tuple[str, str]]:
+        return LATE.listed()
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        found = super().get_command(ctx, name)
+        if found is not None:
+            return found
+        made = LATE.make(name)
+        info = next((c for c in app.registered_commands if made is not None and c.name == made), None)
+        if info is None:
+            return None
+        command = typer.main.get_command_from_info(info, pretty_exceptions_short=app.pretty_exceptions_short,
+                                                   rich_markup_mode=app.rich_markup_mode)
+        self.add_command(command, name)
+        return command
+
+
 app = _Ghostify(
     name="ghostify",
     help="Compress Hugging Face encoders with the GhostBERT recipe: importance, prune, attach-ghost, "
@@ -62,12 +103,12 @@ app = _Ghostify(
     add_completion=True,  # --install-completion / --show-completion SHELL
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # help.py writes --help as plain text: rich's panels cut flags at 80 columns
-    cls=HelpGroup,
+    cls=_Commands,
 )
 
 
-#: what runs as the command line is read, unless it asks only for --version: the plug-ins' commands join then
-#: (``commands/methods.py`` adds them), so that --version loads no plug-in and a broken one warns in one line
+#: what runs as the command line is read, unless it asks only for --version: the commands of the methods loaded
+#: already join then (``commands/methods.py``; plug-ins not imported yet join when their command is named: ``LATE``)
 BEFORE_COMMANDS: list[Callable[[], None]] = []
 
 
@@ -127,6 +168,14 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def _error(text: str) -> None:
+    """One ``error:`` line on stderr, from the main process only: under ``accelerate launch`` every process
+    refuses alike (or is terminated by the launcher once the main one has failed); the others exit with the same
+    code quietly."""
+    if is_main_process():
+        print(f"error: {text}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; a known error becomes ``error: ...`` on stderr and exit code 2 (the commands
     are registered on ``app`` by importing ``ghostify.cli``, whose package imports them). Ctrl-C,
@@ -139,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                 warnings.showwarning = functools.partial(_one_line_warning, said=set())
             return _run(argv, debug)
     except Terminated as exc:  # arrived while the outcome was being reported
-        print(f"error: {exc.message}", file=sys.stderr)
+        _error(exc.message)
         return 128 + exc.signum
 
 
@@ -167,13 +216,13 @@ def _run(argv: list[str] | None, debug: bool) -> int:
         if debug:
             raise
         for line in str(exc).splitlines() or [type(exc).__name__]:
-            print(f"error: {line}", file=sys.stderr)  # a recipe reports all its problems, one per line
+            _error(line)  # a recipe reports all its problems, one per line
         return exc.exit_code
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+        _error("interrupted")
         return 130
     except Terminated as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
+        _error(exc.message)
         return 128 + exc.signum
     except Exception as exc:
         if debug:
@@ -184,20 +233,17 @@ def _run(argv: list[str] | None, debug: bool) -> int:
         if _is_usage_error(exc):
             ctx = getattr(exc, "ctx", None)
             hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else " (see `ghostify --help`)"
-            print(f"error: {exc.format_message()}{hint}", file=sys.stderr)
+            _error(f"{exc.format_message()}{hint}")
             return int(exc.exit_code)
         if type(exc).__name__ == "Abort":
-            print("error: aborted", file=sys.stderr)
+            _error("aborted")
             return 130
         fault = environment_fault(exc, _output_argument(argv))
         if fault is not None:
-            print(f"error: {fault}", file=sys.stderr)
+            _error(fault)
             return 1
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        print(
-            f"error: unexpected {type(exc).__name__}: {text} (set {DEBUG_VARIABLE}=1 for the traceback)",
-            file=sys.stderr,
-        )
+        _error(f"unexpected {type(exc).__name__}: {text} (set {DEBUG_VARIABLE}=1 for the traceback)")
         return 1
 
 
@@ -280,6 +326,6 @@ def run() -> None:
     try:
         code = main()
     except KeyboardInterrupt:  # in the instants before main() installs its handlers, or after
-        print("error: interrupted", file=sys.stderr)
+        _error("interrupted")
         code = 130
     sys.exit(code)

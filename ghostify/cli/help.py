@@ -140,15 +140,19 @@ class HelpGroup(TyperGroup):
     def format_help_text(self, ctx: Any, formatter: Any) -> None:
         _write_help_text(self, formatter)
 
+    def late_rows(self) -> list[tuple[str, str]]:
+        """Commands listed that are made only when named (a subclass's: plug-ins), with their one-line help."""
+        return []
+
     def format_options(self, ctx: Any, formatter: Any) -> None:
         rows = [row for param in self.get_params(ctx) if param.param_type_name == "option"
                 for row in [_option_row(param, ctx)] if row is not None]
         if rows:
             with formatter.section("Options"):
                 _write_definitions(formatter, rows)
-        commands = [(name, self.get_command(ctx, name)) for name in self.list_commands(ctx)]
         rows = [(name, inspect.cleandoc(command.help or "").partition("\n\n")[0])
-                for name, command in commands if command is not None and not command.hidden]
+                for name, command in self.commands.items() if not command.hidden]
+        rows = sorted(rows + [row for row in self.late_rows() if row[0] not in self.commands])
         if rows:
             with formatter.section("Commands"):
                 _write_definitions(formatter, rows)

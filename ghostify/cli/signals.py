@@ -56,5 +56,8 @@ def exit_on_signals() -> Iterator[None]:
             yield
             Terminated.raise_if_arrived()  # an import swallowed it
     except Terminated as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
+        from ..console import is_main_process  # deferred: rich, which this light module does not load otherwise
+
+        if is_main_process():  # under accelerate launch: once (the launcher terminates the others alike)
+            print(f"error: {exc.message}", file=sys.stderr)
         raise SystemExit(128 + exc.signum) from None

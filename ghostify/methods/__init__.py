@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError
 from .base import (DEFAULT_SEED, Context, Entry, Examples, Method, add, channel_origin, check_order, distinct_layers,
-                   layer_origin, lazy, order_problem, refusal, registry, set_loader, setting)
+                   layer_origin, lazy, order_problem, refusal, registry, registry_loaded, set_loader, setting)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -77,6 +77,36 @@ class Plugin:
 _PLUGINS: list[Plugin] = []
 
 
+@dataclass(frozen=True)
+class Declared:
+    """A plug-in's command as its installed metadata declares it, read without importing the plug-in (whose import
+    may be slow, or hang): the entry point's name is the command, and its one-line help is the distribution's
+    summary (``description`` in its ``pyproject.toml``). ``ghostify --help`` lists it; the plug-in is imported
+    when its command runs."""
+
+    command: str
+    help: str
+
+
+def declared_commands() -> tuple[Declared, ...]:
+    """The commands of the ``ghostify.methods`` entry points, from the installed metadata alone."""
+    from importlib.metadata import entry_points
+
+    out = []
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(point, "dist", None)
+        summary = " ".join(str(dist.metadata.get("Summary") or "").split()) if dist is not None else ""
+        where = f"the plug-in {dist.name}" if dist is not None else "a plug-in"
+        out.append(Declared(point.name, f"{summary} ({where})" if summary else f"A method of {where}."))
+    return tuple(out)
+
+
+def plugin(entry_point: str) -> Plugin | None:
+    """What came of loading the entry point named ``entry_point`` (loads the registry); None where none is named so."""
+    registry()
+    return next((p for p in _PLUGINS if p.name == entry_point), None)
+
+
 def _load() -> tuple[Method, ...]:
     from importlib.metadata import entry_points
 
@@ -98,6 +128,10 @@ def _load() -> tuple[Method, ...]:
         _PLUGINS.append(plugin)
         if problem is None:
             loaded += (method,)
+            if method.command != point.name and method.apply is not None:  # the contract before plug-ins declared it
+                warnings.warn(f"{plugin.describe()}: its command is {method.command}, but its entry point is named "
+                              f"{point.name}, which `ghostify --help` lists (without importing the plug-in); name the "
+                              f"entry point {method.command}", stacklevel=2)
         else:
             warnings.warn(f"{plugin.describe()} is not loaded: {problem}; fix or uninstall it", stacklevel=2)
     return loaded
@@ -232,7 +266,8 @@ def hook_module(hook: Any) -> str:
     return hook.module if isinstance(hook, lazy) else hook.__module__
 
 
-__all__ = ["DEFAULT_SEED", "ENTRY_POINT_GROUP", "Context", "Entry", "Examples", "METHODS", "Method", "Plugin", "applied_by", "applied_names",
-           "broken_plugins", "by_name", "channel_origin", "check_order", "describe_all", "distinct_layers", "export_refusals", "hook_module",
-           "layer_origin", "lazy", "measure_all", "methods", "order_problem", "origin", "register", "restore_all", "save_all",
-           "setting", "shipped", "stage_methods", "validate_record"]
+__all__ = ["DEFAULT_SEED", "ENTRY_POINT_GROUP", "Context", "Declared", "Entry", "Examples", "METHODS", "Method", "Plugin",
+           "applied_by", "applied_names", "broken_plugins", "by_name", "channel_origin", "check_order", "declared_commands",
+           "describe_all", "distinct_layers", "export_refusals", "hook_module", "layer_origin", "lazy", "measure_all", "methods",
+           "order_problem", "origin", "plugin", "register", "registry_loaded", "restore_all", "save_all", "setting", "shipped",
+           "stage_methods", "validate_record"]

@@ -67,7 +67,8 @@ class Examples:
     batch)``: how far a model's outputs on a batch are from a teacher's by the task's own measure (0: the same)."""
 
     batches: list
-    distance: Callable[[Any, Any, Mapping[str, Any]], float]
+    #: None where only the batches are wanted (a recipe counts them before its stages run)
+    distance: Callable[[Any, Any, Mapping[str, Any]], float] | None = None
 
 
 #: ``examples(model, data, count, seed, batch_size)``: ``count`` unlabelled training examples (a seeded subset) of
@@ -251,6 +252,11 @@ def add(method: Method) -> None:
         raise GhostifyError(problem)
     _ADDED.append(method)
     REGISTRY.append(method)
+
+
+def registry_loaded() -> bool:
+    """Whether the registry was read already (the plug-ins are imported): listing it costs nothing more."""
+    return bool(REGISTRY)
 
 
 def registry() -> tuple[Method, ...]:

@@ -209,6 +209,8 @@ class ImportanceScores:
         if not isinstance(metadata, dict):
             raise CheckpointError(f"corrupt importance file {path}: its metadata is not a mapping; re-run "
                                   "`ghostify importance`")
+        for key in keys:  # every score, whichever path reads which of them
+            check_scores(tensors[key], f"the scores {key} in {path}", signed=key.startswith("fisher.factor."))
         n = sum(1 for k in keys if k.startswith("heads."))
         base = _gate_scores(tensors, "", n, path)
         fisher = FisherScores.from_tensors(tensors, n, metadata.pop("fisher_samples", 0), path)
@@ -235,13 +237,22 @@ def _gate_scores(tensors: dict[str, torch.Tensor], prefix: str, layers: int, whe
     return GateScores(heads, ffn, tensors.get(f"{prefix}layers"), tensors.get(f"{prefix}hidden"))
 
 
-def check_scores(values: torch.Tensor | list[torch.Tensor], what: str) -> None:
-    """Refuse scores that are negative, NaN or infinite (``what``: "the layer scores"), in one line."""
+def check_scores(values: torch.Tensor | list[torch.Tensor], what: str, *, signed: bool = False) -> None:
+    """Refuse scores that are NaN, infinite or (unless ``signed``: a Fisher block's factor, made of gradients)
+    negative, in one line naming the first such value (``what``: "the layer scores"; ``{layer}`` in it is the
+    index of the tensor in ``values``). Every reader of a scores file calls it (:meth:`ImportanceScores.load`), and
+    the allocations on the scores they are given."""
     for index, tensor in enumerate(values if isinstance(values, list) else [values]):
-        tensor = torch.as_tensor(tensor)
-        if not bool(torch.isfinite(tensor).all()) or bool((tensor < 0).any()):
+        tensor = torch.as_tensor(tensor).detach()
+        bad = ~torch.isfinite(tensor) if signed else ~torch.isfinite(tensor) | (tensor < 0)
+        if bool(bad.any()):
             where = what.format(layer=index)
-            raise GhostifyError(f"{where} hold negative, NaN or infinite values; re-run `ghostify importance`")
+            position = tuple(int(i) for i in torch.nonzero(bad)[0])
+            value = float(tensor[position]) if position else float(tensor)
+            at = f" at {list(position)}" if position else ""
+            kinds = "NaN or infinite" if signed else "negative, NaN or infinite"
+            raise GhostifyError(f"{where} hold {kinds} values ({value:g}{at}); the scores are damaged: re-run "
+                                "`ghostify importance`")
 
 
 __all__ = ["FisherScores", "GateScores", "ImportanceScores", "SCORES_NAME", "check_scores"]

@@ -33,6 +33,7 @@ from .overrides import apply_overrides
 from .plan import PlannedStage, plan
 from .report import REPORT_JSON, REPORT_MD, stage_summary, write_report
 from .schema import Recipe, references, validate
+from .stage_checks import check_stages
 from .yaml_source import RecipeSource
 
 STAGE_FILE = "stage.json"
@@ -86,6 +87,7 @@ def run(
     run_dir = Path(run_dir)
     stages = plan(recipe, run_dir)
     check_outputs(recipe, run_dir, stages)  # before anything is written
+    check_stages(recipe, stages)  # every stage's settings, before the first stage runs
     for planned in stages:  # a push's repository id and token, before hours of training (the hub: at its stage)
         if planned.arguments.get("push_to_hub"):
             hub_target(planned.arguments["push_to_hub"], revision=planned.arguments.get("revision"), reach=False)
@@ -249,6 +251,7 @@ def dry_run(recipe: Recipe, run_dir: str | Path) -> list[dict[str, Any]]:
     initialised copy of the recipe's model (no weights are downloaded or trained)."""
     stages = plan(recipe, run_dir)
     check_outputs(recipe, Path(run_dir), stages)  # the real run would refuse these
+    check_stages(recipe, stages)
     rows = []
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -267,7 +270,8 @@ def dry_run(recipe: Recipe, run_dir: str | Path) -> list[dict[str, Any]]:
             elif command in ("prune", "attach-ghost"):
                 target = Path(tmp) / f"{k}"
                 function = prune if command == "prune" else attach_ghost
-                function(current, target, **{key: v for key, v in kwargs.items() if key != "importance"})
+                # by weight magnitude, untuned: the sizes depend on the widths alone (no scores, no data here)
+                function(current, target, **{key: v for key, v in kwargs.items() if key not in ("importance", "tune_masks")})
                 current = target
                 size = report_size(current)
             rows.append({"stage": planned.label, "command": command, "params": size["params"], "flops": size["flops"],

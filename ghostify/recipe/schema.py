@@ -1,4 +1,5 @@
-"""Recipe schema: validated as a whole before any model is loaded (pydantic, ``extra="forbid"``).
+"""Recipe schema: validated as a whole before any model is loaded (pydantic, ``extra="forbid"``); each stage's
+settings are then made as its step makes them before the first stage runs (``stage_checks.py``).
 
 A recipe names a ``model``, an optional ``teacher``, shared ``data`` settings, ``vars`` (values that
 ``${name}`` substitutes anywhere) and an ordered list of ``stages``. Each stage is one command with

@@ -24,6 +24,7 @@ from typing import Any
 from ..checkpoint import load_config, load_model, model_record, read_record, save_checkpoint
 from ..errors import GhostifyError
 from ..files import check_output_dir
+from ..flatten import checks_arguments
 from ..methods import DEFAULT_SEED, Context, Entry, Method, by_name, check_order
 from ..record import GhostifyRecord, history_entry
 from ..seeding import check_seed
@@ -104,6 +105,15 @@ def method_step(method: Method) -> Callable[..., GhostifyRecord]:
         overwrite = options.pop("overwrite", False)
         return apply_method(method, model, output, seed=seed, overwrite=overwrite, **options)
 
+    fields = {f.name for f in dataclasses.fields(method.settings)}
+
+    def check_arguments(**arguments: Any) -> None:
+        """What the step refuses of its arguments before reading anything: its settings, as they are made."""
+        make_settings(method, None, {k: v for k, v in arguments.items() if k in fields})
+        if method.seeded:
+            check_seed(arguments.get("seed", DEFAULT_SEED))
+
+    checks_arguments(step, check_arguments)
     step.__name__ = step.__qualname__ = method.command.replace("-", "_")
     step.__doc__ = inspect.cleandoc(method.help) if method.help else None
     step.__signature__ = inspect.Signature(parameters, return_annotation=GhostifyRecord)  # type: ignore[attr-defined]

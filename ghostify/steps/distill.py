@@ -12,7 +12,7 @@ from ..architectures import get_adapter
 from ..checkpoint import load_config
 from ..errors import GhostifyError
 from ..files import check_disjoint, check_output_dir
-from ..flatten import flat_settings
+from ..flatten import checks_arguments, flat_settings
 from ..methods.references import check_reference_family
 from ..methods import by_name
 from ..seeding import seed_everything
@@ -70,9 +70,8 @@ def distill(
         >>> distill("out/teacher", "out/ghost", "out/distilled", data=DataSettings(task="sst2"),
         ...         losses=DistillWeights(attention_weight=1.0), training=TrainSettings(epochs=1))  # doctest: +SKIP
     """
-    for settings in (training, losses, student_settings, data, task_settings, store):
-        settings.validate()
-    check_reference_options(references, reference_delta, losses.sop_weight)
+    check_arguments(training=training, losses=losses, student_settings=student_settings, data=data,
+                    task_settings=task_settings, store=store, references=references, reference_delta=reference_delta)
     if references and launched_engine() is not None:
         raise GhostifyError("--references (RefBERT) is not supported under an FSDP or DeepSpeed launch config: the "
                             "reference store is refitted on the whole student when it is saved; distill with "
@@ -136,3 +135,18 @@ def distill(
 def _depth(model) -> int:
     """Layer applications in one forward pass (ALBERT's shared layer counts each time it runs)."""
     return sum(get_adapter(model.config).layer_applications(model))
+
+
+def check_arguments(*, training: TrainSettings = TrainSettings(), losses: DistillWeights = DistillWeights(),
+                    student_settings: StudentSettings = StudentSettings(), data: DataSettings = DataSettings(),
+                    task_settings: TaskSettings = TaskSettings(), store: TeacherStoreSettings = TeacherStoreSettings(),
+                    references: bool = REFERENCES.references, reference_delta: float = REFERENCES.reference_delta,
+                    **_: object) -> None:
+    """What :func:`distill` refuses of its arguments before reading anything."""
+    for settings in (training, losses, student_settings, data, task_settings, store):
+        settings.validate()
+    check_reference_options(references, reference_delta, losses.sop_weight)
+
+
+checks_arguments(distill, check_arguments)
+

@@ -12,7 +12,7 @@ from ..data import load_split
 from ..data.tasks import PRESETS
 from ..errors import GhostifyError
 from ..export.runtime import GraphModel
-from ..flatten import flat_settings
+from ..flatten import checks_arguments, flat_settings
 from ..runtimes import Target, graph_of
 from ..settings import DEFAULT_DATASET, EVAL_BATCH_SIZE, DataSettings, TaskSettings
 from ..tasks import dataset_for
@@ -32,7 +32,7 @@ def evaluate(
     split: str | None = None,
     batch_size: int = BATCH_SIZE,
 ) -> dict[str, Any]:
-    """``{"task": ..., "split": ..., "metrics": {...}, "samples": n}`` for ``model`` on ``split``
+    """``{"task": ..., "split": ..., "metrics": {...}, "main_metric": ..., "samples": n}`` for ``model`` on ``split``
     (default: the task's validation split) of ``data`` (or its fields as flat keywords), with the
     metrics of the task's kind: accuracy, F1, Matthews or Pearson/Spearman; entity precision,
     recall, F1 and token accuracy; SQuAD exact match and F1; or an embedding model's Spearman and
@@ -44,7 +44,7 @@ def evaluate(
     """
     from torch.utils.data import DataLoader
 
-    check_positive(batch_size=batch_size)
+    check_arguments(batch_size=batch_size)
     found = graph_of(model)  # a graph `ghostify export --format ...` wrote: run in its runtime
     graph = found[1] if found is not None else None
     directory = graph.parent if graph is not None else model
@@ -77,7 +77,9 @@ def evaluate(
     finally:
         end_run(accelerator, partial_type)
     samples, windows = metrics.pop("samples", 0), metrics.pop("windows", None)
-    result = {"task": preset.name, "dataset": str(dataset), "split": split, "metrics": metrics, "samples": samples}
+    # the task's own metric (what picks a training run's best epoch): a report's headline
+    result = {"task": preset.name, "dataset": str(dataset), "split": split, "metrics": metrics,
+              "main_metric": evaluation.select, "samples": samples}
     return result if windows is None else {**result, "windows": windows}  # --chunks: the rows the model ran on
 
 
@@ -111,6 +113,14 @@ def _task_from_history(model: str | os.PathLike, directory: str | os.PathLike, d
 
 
 #: the graph outputs each task kind's evaluation reads (the embeddings kind pools hidden states itself)
+def check_arguments(*, batch_size: int = BATCH_SIZE, **_: object) -> None:
+    """What :func:`evaluate` refuses of its arguments before reading anything."""
+    check_positive(batch_size=batch_size)
+
+
+checks_arguments(evaluate, check_arguments)
+
+
 GRAPH_OUTPUTS = {"classification": ("logits",), "tokens": ("logits",), "qa": ("start_logits", "end_logits")}
 
 

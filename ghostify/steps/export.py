@@ -25,6 +25,7 @@ from ..errors import GhostifyError
 from ..export.hf import QUIET_TRANSFORMERS, WITHOUT_GHOSTIFY, drop_auto_map, write_hf
 from ..export.onnx import example_batch, input_names, resolve_keep_fp32, write_graph
 from ..files import atomic_directory, check_output_dir, copy_tokenizer
+from ..flatten import checks_arguments
 from ..hub import hub_target, push_folder
 from ..methods import export_refusals
 from ..pooling import Pooling, export_layout_source, read_modules
@@ -80,24 +81,10 @@ def export(
         >>> export("runs/quick/06-final", "runs/quick/onnx", format="onnx", quantize="int8")  # doctest: +SKIP
         >>> export("runs/quick/06-final", "runs/quick/hf", push_to_hub="my-org/minilm-ghost")  # doctest: +SKIP
     """
-    target = runtime(format) if format != "hf" else None  # one line for a format no runtime writes
-    if quantize is not None and quantize not in QUANTIZATIONS:
-        raise GhostifyError(f"--quantize {quantize!r} is not one of {', '.join(QUANTIZATIONS)}")
-    if quantize is not None and (target is None or target.int8_graph is None):
-        formats = " or ".join(f"--format {r.name}" for r in _int8_runtimes())
-        raise GhostifyError(f"--quantize {quantize} quantises an exported graph; add {formats}")
+    check_arguments(format=format, quantize=quantize, keep_fp32=keep_fp32, calibration_samples=calibration_samples)
+    target = runtime(format) if format != "hf" else None
     keep_fp32 = tuple(keep_fp32 or ())
-    if any(not str(name).strip() for name in keep_fp32):  # `--keep-fp32 ''` is a mistake, not "none"
-        raise GhostifyError(f"--keep-fp32 {','.join(keep_fp32)!r} names an empty module; give comma-separated module "
-                            "names or patterns (e.g. task-head, '*.output.dense'), or leave "
-                            "--keep-fp32 out")
-    if keep_fp32 and quantize != INT8:
-        raise GhostifyError(f"--keep-fp32 {','.join(keep_fp32)} keeps modules out of int8 quantisation; add "
-                            "--format onnx --quantize int8, or drop it")
     calibrated = target is not None and quantize == INT8 and target.calibrated
-    if calibrated and (isinstance(calibration_samples, bool) or not isinstance(calibration_samples, int)
-                       or calibration_samples < 1):
-        raise GhostifyError(f"--calibration-samples {calibration_samples!r} must be a whole number of at least 1")
     if target is not None:
         target.require(export=True)
     found = graph_of(model)
@@ -242,6 +229,33 @@ def _no_space(where: str) -> GhostifyError:
     return GhostifyError(f"the temporary directory {where} ran out of space during the export's check without "
                          "ghostify (it holds a copy of the model's code and a re-saved model): free space there, or "
                          "point TMPDIR at a disk with room, e.g. TMPDIR=/path/with/room ghostify export ...")
+
+
+def check_arguments(*, format: str = ExportDefaults.format, quantize: str | None = None,
+                    keep_fp32: tuple[str, ...] | None = None,
+                    calibration_samples: int = ExportDefaults.calibration_samples, **_: object) -> None:
+    """What :func:`export` refuses of its arguments before reading anything."""
+    target = runtime(format) if format != "hf" else None  # one line for a format no runtime writes
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise GhostifyError(f"--quantize {quantize!r} is not one of {', '.join(QUANTIZATIONS)}")
+    if quantize is not None and (target is None or target.int8_graph is None):
+        formats = " or ".join(f"--format {r.name}" for r in _int8_runtimes())
+        raise GhostifyError(f"--quantize {quantize} quantises an exported graph; add {formats}")
+    keep_fp32 = tuple(keep_fp32 or ())
+    if any(not str(name).strip() for name in keep_fp32):  # `--keep-fp32 ''` is a mistake, not "none"
+        raise GhostifyError(f"--keep-fp32 {','.join(keep_fp32)!r} names an empty module; give comma-separated module "
+                            "names or patterns (e.g. task-head, '*.output.dense'), or leave "
+                            "--keep-fp32 out")
+    if keep_fp32 and quantize != INT8:
+        raise GhostifyError(f"--keep-fp32 {','.join(keep_fp32)} keeps modules out of int8 quantisation; add "
+                            "--format onnx --quantize int8, or drop it")
+    calibrated = target is not None and quantize == INT8 and target.calibrated
+    if calibrated and (isinstance(calibration_samples, bool) or not isinstance(calibration_samples, int)
+                       or calibration_samples < 1):
+        raise GhostifyError(f"--calibration-samples {calibration_samples!r} must be a whole number of at least 1")
+
+
+checks_arguments(export, check_arguments)
 
 
 @torch.no_grad()

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import GhostifyError
 from ..files import check_disjoint, check_output_dir
-from ..flatten import flat_settings
+from ..flatten import checks_arguments, flat_settings
 from ..seeding import seed_everything
 from ..settings import (DataSettings, FinetuneWeights, StudentSettings, TaskSettings, TeacherStoreSettings,
                         TrainSettings)
@@ -50,8 +50,8 @@ def finetune(
         >>> finetune("out/ghost", "out/tuned", data=DataSettings(task="sst2"), teacher="out/teacher",
         ...          training=TrainSettings(epochs=2))  # doctest: +SKIP
     """
-    for settings in (training, losses, student_settings, data, task_settings, store):
-        settings.validate()
+    check_arguments(training=training, losses=losses, student_settings=student_settings, data=data,
+                    task_settings=task_settings, store=store)
     kind = task_kind(data, task_settings)
     if kind.can_finetune():
         raise GhostifyError(kind.can_finetune())
@@ -86,3 +86,16 @@ def finetune(
                         identity={**task.identity, "model": str(model), "teacher": str(teacher),
                                   "arguments": plain_arguments(arguments)},
                         resume=resume, overwrite=overwrite, on_step=on_step, describe="finetune")
+
+
+def check_arguments(*, training: TrainSettings = TrainSettings(), losses: FinetuneWeights = FinetuneWeights(),
+                    student_settings: StudentSettings = StudentSettings(), data: DataSettings = DataSettings(),
+                    task_settings: TaskSettings = TaskSettings(), store: TeacherStoreSettings = TeacherStoreSettings(),
+                    **_: object) -> None:
+    """What :func:`finetune` refuses of its arguments before reading anything."""
+    for settings in (training, losses, student_settings, data, task_settings, store):
+        settings.validate()
+
+
+checks_arguments(finetune, check_arguments)
+

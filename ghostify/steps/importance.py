@@ -9,7 +9,7 @@ from ..architectures import get_adapter
 from ..checkpoint import is_local, load_config, load_model, model_record, save_checkpoint
 from ..data import load_split
 from ..files import check_output_dir
-from ..flatten import flat_settings
+from ..flatten import checks_arguments, flat_settings
 from ..methods.pruning import SCORES_NAME, ImportanceScores, compute_importance
 from ..record import history_entry
 from ..seeding import seed_everything
@@ -53,7 +53,7 @@ def importance(
                                   max_length=max_length), task_settings)
     dataset = dataset_for(kind.preset, dataset)
     out = check_output_dir(output, overwrite=overwrite, inputs=(model, ("--dataset", dataset)))
-    check_positive(samples=samples, batch_size=batch_size)
+    check_arguments(samples=samples, batch_size=batch_size)
     check_max_length(max_length, model)
     kind.for_model(load_config(model))
     label_free = label_free or not kind.needs_labels
@@ -95,9 +95,8 @@ def importance(
     scores.metadata.update(data.describe())
     scores.metadata["label_free"] = label_free
     # what `prune --tune-masks` reads again: the same data, encoded the same way
-    scores.metadata["data"] = data_description(DataSettings(task=task, dataset=dataset, text_columns=text_columns,
-                                                            label_column=label_column, max_length=max_length),
-                                               task_settings)
+    scores.metadata["data"] = recorded_data(task=task, dataset=dataset, text_columns=text_columns,
+                                            label_column=label_column, max_length=max_length, task_settings=task_settings)
     del scorer
 
     original = load_model(model)
@@ -128,3 +127,22 @@ def importance(
         weights_from=model if is_local(model) else None,
     )
     return scores
+
+
+def check_arguments(*, samples: int | None = ImportanceDefaults.samples, batch_size: int = ImportanceDefaults.batch_size,
+                    **_: object) -> None:
+    """What :func:`importance` refuses of its arguments before reading anything."""
+    check_positive(samples=samples, batch_size=batch_size)
+
+
+checks_arguments(importance, check_arguments)
+
+
+def recorded_data(*, dataset: str = DataSettings.dataset, task: str | None = None,
+                  text_columns: tuple[str, ...] | None = None, label_column: str | None = None,
+                  max_length: int = DataSettings.max_length, task_settings: TaskSettings = TaskSettings(),
+                  **_: object) -> dict:
+    """What :func:`importance` records of the data it scores on (the scores' ``metadata["data"]``), which ``prune
+    --tune-masks`` reads again; a recipe reads it from an importance stage's settings before any stage runs."""
+    return data_description(DataSettings(task=task, dataset=dataset, text_columns=text_columns,
+                                          label_column=label_column, max_length=max_length), task_settings)

@@ -31,6 +31,7 @@ from ..checkpoint import _auto_class, load_config, load_model, read_record, save
 from ..errors import GhostifyError
 from ..export.onnx import example_batch, input_names, write_graph
 from ..files import atomic_directory, check_output_dir, held_lock, write_text_atomically
+from ..flatten import checks_arguments
 from ..latency_model import LATENCY_FILE, ChannelCosts, Deployment, Geometry, LatencyModel
 from ..methods import channel_origin
 from ..methods.hidden import cut_hidden, refusal
@@ -87,12 +88,10 @@ def latency(
         >>> lat.predict([6] * 6, [768] * 6) / lat.dense_ms()                                          # doctest: +SKIP
     """
     say = progress or (lambda line: None)
+    check_arguments(runtime=runtime, batch_size=batch_size, seq_len=seq_len, threads=threads, rounds=rounds,
+                    warmup=warmup, seed=seed)
     deployment = Deployment(runtime=runtime, batch_size=batch_size, seq_len=seq_len, threads=threads)
-    deployment.check()
     target(runtime).runtime.require(export=True)  # one line naming the extra, before anything is read
-    for name, value, least in (("--rounds", rounds, 1), ("--warmup", warmup, 0), ("--seed", seed, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise GhostifyError(f"{name} {value!r} must be a whole number of at least {least}")
     out = check_output_dir(output, overwrite=overwrite, inputs=(model,)) if output is not None else None
     config = load_config(model)
     geometry = original_geometry(config)
@@ -121,6 +120,20 @@ def latency(
 
 
 # ---- what is measured ------------------------------------------------------------------------------
+
+
+def check_arguments(*, runtime: str = Deployment.runtime, batch_size: int = Deployment.batch_size,
+                    seq_len: int = Deployment.seq_len, threads: int = Deployment.threads,
+                    rounds: int = BenchDefaults.rounds, warmup: int = BenchDefaults.warmup,
+                    seed: int = LatencyDefaults.seed, **_: object) -> None:
+    """What :func:`latency` refuses of its arguments before reading anything."""
+    Deployment(runtime=runtime, batch_size=batch_size, seq_len=seq_len, threads=threads).check()
+    for name, value, least in (("--rounds", rounds, 1), ("--warmup", warmup, 0), ("--seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise GhostifyError(f"{name} {value!r} must be a whole number of at least {least}")
+
+
+checks_arguments(latency, check_arguments)
 
 def original_geometry(config: Any) -> Geometry:
     """The geometry of the model ``config`` was made from: pruning keeps the original head and FFN

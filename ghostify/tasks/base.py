@@ -104,6 +104,11 @@ class TaskKind(ABC):
             warnings.warn(f"{source} has no {self.noun} head yet: a new one is trained from scratch", stacklevel=3)
         return model
 
+    def reads_outputs_of(self, source: str | os.PathLike, *, role: str = "model") -> None:
+        """Read what this kind's losses need of the model at ``source`` besides its outputs, for a model loaded
+        elsewhere (prune's mask tuning compares a model it loaded and pruned with its unpruned copy): nothing but
+        the embeddings task's pooling. :meth:`load` reads it too."""
+
     def head_options(self) -> dict[str, Any]:
         """Extra ``load_model`` options for the head (label count, problem type)."""
         return {"num_labels": self.num_labels()} if self.num_labels() else {}

@@ -53,7 +53,28 @@ class Embeddings(TaskKind):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.poolings: dict[str, Pooling] = {}
+        #: the pooling of the models this task reads, and the first of them (as messages name it): their
+        #: embeddings are compared with each other, so every one must pool alike (the original model's way)
+        self._pooling: tuple[Pooling, str] | None = None
+
+    @property
+    def pooling(self) -> Pooling:
+        """The pooling of every model this task reads (:meth:`reads_outputs_of`, :meth:`load`)."""
+        if self._pooling is None:
+            raise GhostifyError("the embeddings task pools a model's output as its sentence-transformers model "
+                                "does, and no model was read yet; load it through the task first")
+        return self._pooling[0]
+
+    def reads_outputs_of(self, source, *, role: str = "model") -> None:
+        """Read the pooling of the model at ``source`` (``role``: what messages call it), which must be the pooling of
+        every other model this task read: one model's embeddings are compared with another's."""
+        pooling = pooling_of(source)
+        if self._pooling is None:
+            self._pooling = (pooling, f"the {role} {source}")
+        elif self._pooling[0] != pooling:
+            first, named = self._pooling
+            raise GhostifyError(f"the {role} {source} pools differently ({pooling}) from {named} ({first}); compare "
+                                "models of the same sentence-transformers model")
 
     def encode(self, data: TaskData, tokenizer):
         """Every text of every text column, as one sentence each."""
@@ -76,9 +97,7 @@ class Embeddings(TaskKind):
         rows = tokenizer_rows(texts, tokenizer, self.data.max_length)
 
         def run(model, loader, accelerator):
-            # the evaluated model: ``eval``'s, or the student of a distillation
-            pooling = self.poolings.get("model") or self.poolings["student"]
-            embeddings = embed(model, loader, accelerator, pooling)
+            embeddings = embed(model, loader, accelerator, self.pooling)
             a, b = embeddings[: len(first)], embeddings[len(first):]
             cosine = F.cosine_similarity(a, b, dim=-1)
             metrics = {}
@@ -97,25 +116,23 @@ class Embeddings(TaskKind):
         return 0  # the bare encoder: no head to train or check
 
     def load(self, source, *, role, need_trained_head=False, dropout=None, attention_dropout=None):
-        self.poolings[role] = pooling_of(source)
-        if role == "student" and "teacher" in self.poolings and self.poolings["teacher"] != self.poolings["student"]:
-            raise GhostifyError(f"the student {source} pools differently ({self.poolings['student']}) from the teacher "
-                                f"({self.poolings['teacher']}); distill models of the same sentence-transformers model")
+        self.reads_outputs_of(source, role=role)
         return load_model(source, head="base", dropout=dropout, attention_dropout=attention_dropout)
 
-    def embedding(self, output, batch, role: str) -> torch.Tensor:
+    def embedding(self, output, batch) -> torch.Tensor:
+        """The pooled embeddings of a model's ``output`` (every model of the task pools alike: :attr:`pooling`)."""
         hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
-        return self.poolings[role](hidden.float(), batch["attention_mask"])
+        return self.pooling(hidden.float(), batch["attention_mask"])
 
     def per_example_loss(self, output, batch, *, label_free, generator):
-        e = self.embedding(output, batch, "model")
+        e = self.embedding(output, batch)
         noise = torch.randn(e.shape, generator=generator).to(e.device)
         return 0.5 * (e - (e.detach() + noise)).square().sum(-1)
 
     teacher_outputs = {"last_hidden_state": True}
 
     def teacher_loss(self, student, teacher, batch, temperature):
-        s, t = self.embedding(student, batch, "student"), self.embedding(teacher, batch, "teacher")
+        s, t = self.embedding(student, batch), self.embedding(teacher, batch)
         loss = s.new_zeros(())
         if "cosine" in self.task.embedding_loss:
             loss = loss + (1 - F.cosine_similarity(s, t, dim=-1)).mean()

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ..checkpoint import write_model_card
+from ..checkpoint import WEIGHTS_NAME, check_safetensors, write_model_card
 from ..errors import GhostifyError
 from ..files import atomic_directory, remove_tree
 from ..methods.ghost import ghost_kernel_parameters
@@ -59,9 +59,25 @@ class Progress:
 
     @classmethod
     def load(cls, path: Path) -> "Progress":
-        data = json.loads(path.read_text())
-        data.setdefault("logged", None)  # a state saved before the count was kept
-        return cls(**data)
+        """The progress a saved state holds, refused in one line where the file is damaged."""
+        try:
+            data = json.loads(path.read_text())
+            data.setdefault("logged", None)  # a state saved before the count was kept
+            progress = cls(**data)
+        except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError) as exc:
+            raise damaged_state(path, f"cannot be read ({type(exc).__name__}: {exc})") from None
+        counts = (progress.step, progress.epoch, progress.batch_in_epoch, *[v for v in (progress.best_step,
+                                                                                      progress.logged) if v is not None])
+        if not (all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts)
+                and (progress.best is None or isinstance(progress.best, (int, float)))
+                and isinstance(progress.history, list) and isinstance(progress.running, list)):
+            raise damaged_state(path, f"holds {json.dumps(data)[:200]}, not the progress of a saved state")
+        return progress
+
+
+def damaged_state(path: Path, why: str) -> GhostifyError:
+    """The one-line refusal of a saved training state that cannot be read back (``why``: what is wrong with ``path``)."""
+    return GhostifyError(f"{path} {why}: the interrupted run cannot be resumed; pass --overwrite to start over")
 
 
 @dataclass
@@ -283,8 +299,8 @@ def train(
 
         progress = Progress()
         if resuming:
-            accelerator.load_state(str(work / "state"))
             progress = Progress.load(work / "state" / "progress.json")
+            _load_state(accelerator, work)
         metrics_file = work / "metrics.jsonl"
         if resuming and main and progress.logged is not None:
             _keep_lines(metrics_file, progress.logged)  # drop what was logged after the saved state
@@ -488,7 +504,12 @@ def _resume_decision(work: Path, output: Path, fingerprint: dict, *, resume: boo
         raise GhostifyError(f"output directory {output} already exists; pass --overwrite to replace it or choose another -o")
     if work.exists():
         if resume and state.is_file():
-            saved = json.loads((work / "run.json").read_text()) if (work / "run.json").is_file() else None
+            try:
+                saved = json.loads((work / "run.json").read_text()) if (work / "run.json").is_file() else None
+            except (OSError, UnicodeDecodeError, ValueError) as exc:
+                if overwrite:
+                    return False  # what was interrupted here is unknown: start over
+                raise damaged_state(work / "run.json", f"is not readable JSON ({type(exc).__name__}: {exc})") from None
             if saved != json.loads(json.dumps(fingerprint)):
                 if overwrite:
                     return False  # another run was interrupted here: start over
@@ -508,8 +529,7 @@ def _resume_decision(work: Path, output: Path, fingerprint: dict, *, resume: boo
 def _check_same_engine(work: Path, engine: str, processes: int) -> None:
     """A training state is read back by the engine that wrote it: FSDP2's and DeepSpeed's shards by as
     many processes (a state saved before the file was kept was data parallel)."""
-    path = work / "state" / ENGINE_FILE
-    saved = json.loads(path.read_text()) if path.is_file() else {"engine": None, "processes": None}
+    saved = _saved_engine(work / "state" / ENGINE_FILE)
     sharded = {engine, saved["engine"]} - {"one process", "data parallel", None}
     if not sharded:
         return
@@ -518,6 +538,40 @@ def _check_same_engine(work: Path, engine: str, processes: int) -> None:
         raise GhostifyError(f"{work} holds a training state saved by {before}; this launch is {engine} on {processes} "
                             "processes: resume with the same accelerate config and --num_processes, or pass "
                             "--overwrite to start over")
+
+
+def _load_state(accelerator, work: Path) -> None:
+    """Read the saved state back (and check the best checkpoint, which the output is written from at the end),
+    refused in one line where a file of it is damaged or missing."""
+    best = work / "best" / WEIGHTS_NAME
+    if best.is_file():
+        try:
+            check_safetensors(best)
+        except GhostifyError:
+            raise damaged_state(best, "is empty, truncated or damaged") from None
+    try:
+        accelerator.load_state(str(work / "state"))
+    except Exception as exc:  # whatever a damaged or missing file raises: safetensors, torch's reader, the OS
+        text = str(exc).strip().splitlines()
+        raise damaged_state(work / "state", f"cannot be read back ({type(exc).__name__}: {text[0] if text else ''})") \
+            from exc
+
+
+def _saved_engine(path: Path) -> dict[str, Any]:
+    """``engine.json`` of a saved training state (no file: a data-parallel state of an older ghostify), refused in
+    one line where it is damaged: which engine wrote the state's shards is then unknown."""
+    if not path.is_file():
+        return {"engine": None, "processes": None}
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        problem = f"is not readable JSON ({type(exc).__name__}: {exc})"
+    else:
+        engine, processes = (saved.get("engine"), saved.get("processes")) if isinstance(saved, dict) else (None, None)
+        if isinstance(engine, str) and isinstance(processes, int) and not isinstance(processes, bool) and processes > 0:
+            return {"engine": engine, "processes": processes}
+        problem = f"holds {json.dumps(saved)[:200]}, not the engine and process count that saved the state"
+    raise damaged_state(path, problem)
 
 
 def _changed_settings(saved: dict[str, Any] | None, fingerprint: dict[str, Any]) -> str:

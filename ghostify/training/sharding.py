@@ -92,6 +92,8 @@ def accelerator_options() -> dict[str, Any]:
                                 f"train an unsharded copy in every process; set {SHARDED_CPU}=1 to shard over the CPU "
                                 "processes (gloo; slow, for tests and trying a config), or launch with --multi_gpu "
                                 "for data parallelism")
+        if engine == FSDP:  # before Accelerate reads the config (FSDP1's plugin fails first on a machine without CUDA)
+            _check_fsdp_version(os.environ.get("FSDP_VERSION", "1"))
         if engine == DEEPSPEED:
             try:
                 import deepspeed  # noqa: F401
@@ -114,6 +116,14 @@ def accelerator_options() -> dict[str, Any]:
         PartialState._shared_state["distributed_type"] = DistributedType.MULTI_GPU
     options["partial_type"] = PartialState._shared_state.get("distributed_type")
     return options
+
+
+def _check_fsdp_version(version: object) -> None:
+    """ghostify shards with FSDP2 only (``version``: the launch config's ``fsdp_version``, 1 where it names none)."""
+    if str(version).strip() != "2":
+        raise GhostifyError(f"the launch config uses FSDP version {version}; ghostify shards with FSDP2 "
+                            "(per-parameter sharding, frozen and trainable weights in one layer): set fsdp_version: 2 "
+                            "in its fsdp_config")
 
 
 def _close_process_group() -> None:
@@ -202,10 +212,7 @@ class Sharding:
     # ---- refusals ---------------------------------------------------------------------------------
     def _check_fsdp(self) -> None:
         plugin = self.accelerator.state.fsdp_plugin
-        if plugin.fsdp_version != 2:
-            raise GhostifyError(f"the launch config uses FSDP version {plugin.fsdp_version}; ghostify shards "
-                                "with FSDP2 (per-parameter sharding, frozen and trainable weights in one layer): set "
-                                "fsdp_version: 2 in its fsdp_config")
+        _check_fsdp_version(plugin.fsdp_version)
         if plugin.activation_checkpointing:
             raise GhostifyError("fsdp_activation_checkpointing: true is not supported (ghostify's capture hooks read "
                                 "each layer's activations); set it to false, and lower the memory of activations "

@@ -1,7 +1,10 @@
 """One command per registered method that a command of its own applies (``prune``,
 ``attach-ghost``, ``drop-layers``, ...), generated from the method's declaration: its settings
 fields are the options (help, flag and default from the field), its ``help`` and ``examples`` the
-``--help`` text, and what it prints is its own ``describe`` of the record it wrote."""
+``--help`` text, and what it prints is its own ``describe`` of the record it wrote.
+
+A plug-in's command is made only when it is named: ``ghostify --help`` lists it by its entry point's name and its
+distribution's summary, read from the installed metadata (importing a plug-in may be slow, or hang)."""
 
 from __future__ import annotations
 
@@ -14,8 +17,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ...methods import DEFAULT_SEED, Method, methods, origin, shipped
-from ..app import BEFORE_COMMANDS, app, sort_commands
+from ...errors import GhostifyError
+from ...methods import DEFAULT_SEED, Method, declared_commands, methods, origin, plugin, registry_loaded, shipped
+from ..app import BEFORE_COMMANDS, LATE, app, sort_commands
 from ..console import err
 from ..inputs import check_paths
 from ..options import Model, Output, Overwrite, Seed
@@ -93,8 +97,7 @@ def method_command(method: Method) -> None:
 
 def add_plugin_commands() -> None:
     """Make the commands of the methods that are not ghostify's own (the entry points' plug-ins, loaded
-    here, and methods registered in Python): ``main`` asks for them (``BEFORE_COMMANDS``) before any
-    command but ``--version`` runs. A plug-in whose settings make options the command line cannot take
+    here, and methods registered in Python). A plug-in whose settings make options the command line cannot take
     (Typer builds every command at once) loses its command with one warning, rather than taking down
     every command."""
     for method in methods():
@@ -114,7 +117,40 @@ def add_plugin_commands() -> None:
     sort_commands()
 
 
-for _method in shipped():  # the plug-ins' commands join when the command line is read (add_plugin_commands)
+def add_loaded_commands() -> None:
+    """Before the command line is read: the commands of the methods registered already (in Python, or plug-ins a
+    caller loaded), which costs no import; the other plug-ins' wait until one is named (:func:`make_late`)."""
+    if registry_loaded():
+        add_plugin_commands()
+
+
+def listed_late() -> list[tuple[str, str]]:
+    """The plug-ins' commands, by their entry point's name and distribution's summary (no plug-in imported); none
+    once the registry is loaded (their commands are made then)."""
+    if registry_loaded():
+        return []
+    return [(d.command, d.help) for d in declared_commands() if d.command not in _MADE]
+
+
+def make_late(name: str) -> str | None:
+    """The command answering to ``name``, made: the plug-ins are imported (and every method's command made), and
+    ``name`` is a command, or the entry point of a plug-in whose command has another name (the contract before
+    plug-ins declared it). A plug-in that failed to load is refused in one line; None where nothing answers."""
+    add_plugin_commands()
+    if name in _MADE:
+        return name
+    found = plugin(name)
+    if found is None:
+        return None
+    if found.problem is not None:
+        raise GhostifyError(f"the command {name} is {found.describe()}, which is not loaded: {found.problem}; fix or "
+                            "uninstall it")
+    command = next((m.command for m in methods() if m.name == found.method), None)
+    return command if command in _MADE else None
+
+
+for _method in shipped():  # the plug-ins' commands join when one is named (make_late)
     if _method.apply is not None:
         method_command(_method)
-BEFORE_COMMANDS.append(add_plugin_commands)
+BEFORE_COMMANDS.append(add_loaded_commands)
+LATE.listed, LATE.make = listed_late, make_late

@@ -46,7 +46,7 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "allocation": ("Selection", "select"),
-        "apply": ("dense_record", "prune", "prune_model"),
+        "apply": ("dense_record", "prune", "prune_model", "tuning_examples"),
         "gates": ("Gates", "gated"),
         "importance": ("SCORES_NAME", "FisherScores", "ImportanceScores", "compute_importance", "magnitude_importance"),
         "latency_allocation": ("Candidate", "Kind", "LatencyPlan", "check_reachable", "current_width",
@@ -87,5 +87,6 @@ __all__ = [
     "prune_model",
     "select",
     "select_for_latency",
+    "tuning_examples",
     "uniform_width",
 ]

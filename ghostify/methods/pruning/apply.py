@@ -15,7 +15,7 @@ from torch import nn
 from ...architectures import ArchitectureAdapter, get_adapter
 from ...errors import GhostifyError
 from ...record import GhostifyRecord
-from ..base import Context, Entry, check_order, distinct_layers
+from ..base import Context, Entry, Examples, check_order, distinct_layers
 from ..criteria import WEIGHT_MAGNITUDE, criteria
 from ..criteria import get as get_criterion
 from ..scores import SCORES_NAME, FisherScores, ImportanceScores
@@ -25,7 +25,7 @@ from .latency_allocation import (check_reachable, comparable_scores, current_wid
                                  select_for_latency)
 from .modules import prune_layer
 from .rearrange import gram, objective, rearrange
-from .settings import TUNE_BATCH_SIZE, PruneSettings
+from .settings import TUNE_BATCH_SIZE, TUNE_MIN_EXAMPLES, PruneSettings
 from .tuning import check_tunable, tune_masks
 
 
@@ -149,10 +149,13 @@ def apply(model: nn.Module, record: GhostifyRecord, settings: PruneSettings, con
                     "target_ms": round(target, 4), "predicted_ms": round(predicted, 4)}
     if settings.rearrange and scores.fisher is not None:
         selection, history["rearranged"] = rearranged(selection, scores.fisher)
-    teacher = copy.deepcopy(model) if settings.tune_masks else None
+    # the examples are read (and refused) before any weight changes
+    examples = tuning_examples(scores.metadata.get("data"), source, settings.tune_masks, context) \
+        if settings.tune_masks else None
+    teacher = copy.deepcopy(model) if examples is not None else None
     pruned = prune_model(model, adapter, record, selection.heads, selection.neurons)
     if teacher is not None:
-        history["tuned"] = tuned(model, teacher, scores, source, settings.tune_masks, context)
+        history["tuned"] = tuned(model, teacher, examples)
     return Entry(format=1, data=None, heads=pruned.heads, ffn=pruned.ffn, history=history)
 
 
@@ -193,11 +196,10 @@ def rearranged(selection: Selection, fisher: FisherScores) -> tuple[Selection, d
     return Selection(heads=chosen["heads"], neurons=chosen["neurons"]), outcome
 
 
-def tuned(model: nn.Module, teacher: nn.Module, scores: ImportanceScores, source: str, count: int,
-          context: Context) -> dict[str, Any]:
-    """Tune ``model``'s kept units on ``count`` unlabelled examples of the data the scores were computed on
-    (:mod:`.tuning`); what the history keeps of it."""
-    data = scores.metadata.get("data")
+def tuning_examples(data: Any, source: str, count: int, context: Context) -> Examples:
+    """``count`` unlabelled examples of ``data`` (what ``importance`` recorded of the data the scores in ``source``
+    were computed on: ``metadata["data"]``), in batches, to tune on (:func:`tuned`); refused in one line where there
+    are none to read or too few to hold some out. A recipe asks before any stage runs, where the data is local."""
     if not isinstance(data, dict):
         raise GhostifyError(f"--tune-masks reads unlabelled examples of the data the scores were computed on, but "
                             f"{source} does not say which (weight magnitude, or an older ghostify); run `ghostify "
@@ -209,8 +211,18 @@ def tuned(model: nn.Module, teacher: nn.Module, scores: ImportanceScores, source
     examples = context.examples(context.source, data, count, context.seed, max(1, min(TUNE_BATCH_SIZE, count // 8)))
     batches = examples.batches
     if len(batches) < 2:
-        raise GhostifyError(f"--tune-masks {count} found {sum(len(b['input_ids']) for b in batches)} training example(s) "
-                            "in the scores' data; it needs at least two batches (one held out to check the scales)")
+        found = sum(len(b["input_ids"]) for b in batches)
+        fix = (f"ask for --tune-masks {found}" if TUNE_MIN_EXAMPLES <= found < count else
+               "prune without --tune-masks (too few examples to tune on)")
+        raise GhostifyError(f"--tune-masks {count} found {found} training example(s) in the scores' data; it needs at "
+                            f"least two batches (one held out to check the scales): {fix}")
+    return examples
+
+
+def tuned(model: nn.Module, teacher: nn.Module, examples: Examples) -> dict[str, Any]:
+    """Tune ``model``'s kept units on ``examples`` (:func:`tuning_examples`, :mod:`.tuning`) towards ``teacher``;
+    what the history keeps of it."""
+    batches = examples.batches
     held_out = max(1, len(batches) // 8)
     result = tune_masks(model, teacher, batches, held_out=held_out, distance=examples.distance)
     if not result.kept:
