@@ -53,7 +53,7 @@ LATE_STAGES = [
     ("finetune-learning-rate", "finetune: {learning_rate: -1, output: again}", "finetune: --learning-rate -1.0 must be positive"),
     ("eval-batch-size", "eval: {batch_size: 0}", "eval: --batch-size 0 must be a whole number of at least 1"),
     ("export-format", "export: {format: tflite}", "export: --format 'tflite' is not one of hf, onnx"),
-    ("export-quantize-hf", "export: {quantize: int8}", "export: --quantize int8 quantises an ONNX graph; add --format onnx"),
+    ("export-quantize-hf", "export: {quantize: int8}", "export: --quantize int8 quantises an exported graph; add --format onnx or --format openvino"),
     ("latency-rounds", "latency: {rounds: 0}", "latency: --rounds 0 must be a whole number of at least 1"),
     ("augment-replace-prob", "augment: {mlm: '${model}', replace_prob: 2}", "augment: --replace-prob 2.0 is outside (0, 1]"),
 ]

@@ -166,3 +166,27 @@ def test_compress_ships_in_openvino_int8(world, tmp_path, capsys, fixed_latency,
     report = json.loads((out / "report.json").read_text())
     assert report["shipped"].endswith("openvino/model_int8.xml") and Path(report["shipped"]).is_file()
     assert report["shipped_metrics"]["accuracy"] >= 0
+
+
+def test_compress_a_sentence_embedding_model(tmp_path, capsys, fixed_latency, on_target):
+    """Issue 48: the original is the teacher (no fine-tune), the scores are label-free, the last distillation (its
+    pooled embedding against the teacher's) is the result, exported with its sentence-transformers layout, and the
+    report states Spearman of both."""
+    from ghostify.testing import tiny_sentence_transformer, write_toy_pairs
+
+    model = tiny_sentence_transformer(tmp_path / "st")
+    pairs = write_toy_pairs(tmp_path / "pairs", train=48, validation=24)
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, "compress", model, "-o", out, "--task", "embeddings", "--dataset", pairs,
+                           "--text-columns", "sentence1,sentence2", "--label-column", "label", "--max-length", "32",
+                           "--speedup", "1.2", "--max-samples", "32", "--importance-samples", "16", "--rounds", "3",
+                           "--runtime", "pytorch", "--no-drop-layers")
+    assert code == 0, err
+    report = json.loads((out / "report.json").read_text())
+    assert "spearman" in report["metrics"] and "spearman" in report["teacher_metrics"]
+    names = {p.name.split("-", 1)[1] for p in (out / "stages").iterdir() if p.is_dir() and p.name[0].isdigit()}
+    assert "teacher" not in names and "final" in names and "hf" in names  # no fine-tune of a teacher, nor of labels
+    hf = next(p for p in (out / "stages").iterdir() if p.name.endswith("-hf"))
+    assert (hf / "modules.json").is_file()
+    history = [h["command"] for h in load_model(Path(report["model_dir"])).config.ghostify["history"]]
+    assert history[-1] == "distill" and "finetune" not in history

@@ -51,9 +51,7 @@ __getattr__, __dir__ = lazy_exports(
         "importance": ("SCORES_NAME", "FisherScores", "ImportanceScores", "compute_importance", "magnitude_importance"),
         "latency_allocation": ("Candidate", "Kind", "LatencyPlan", "check_reachable", "current_width",
                                "layer_consistent", "measured_widths", "model_geometry", "out_of_reach",
-                               "layer_consistent",
-    "plan_for_latency",
-                               "select_for_latency", "uniform_width"),
+                               "plan_for_latency", "select_for_latency", "uniform_width"),
         "restore": ("apply_structure",),
     },
 )
@@ -77,6 +75,7 @@ __all__ = [
     "dense_record",
     "describe",
     "gated",
+    "layer_consistent",
     "magnitude_importance",
     "measured_widths",
     "model_geometry",
