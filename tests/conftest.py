@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,37 @@ SDPA_FAMILIES = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "dist
 #: the families of issue 13 (fused Q/K/V, gated FFNs, grouped-query attention, RoPE, pre-norm)
 NEW_FAMILIES = ["roberta-prelayernorm", "xlm-roberta-xl", "modernbert", "eurobert", "gte", "nomic_bert",
                 "jina_embeddings_v3"]
+
+
+#: the markers of the tests that only the full run (``--all``: ``bash scripts/test.sh --all``, CI) runs
+FULL_RUN_MARKERS = ("real", "launch")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--all", action="store_true", dest="full_run",
+                     help=f"the full suite: also the tests marked {' and '.join(FULL_RUN_MARKERS)} (real-model "
+                          "chains, multi-process launches), which the everyday run leaves out")
+
+
+def _everyday(config) -> bool:
+    """The everyday run: neither --all nor a -m expression of one's own (which selects by itself)."""
+    return not config.getoption("full_run") and not config.getoption("markexpr")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not _everyday(config):
+        return
+    full_only = [item for item in items if any(item.get_closest_marker(m) for m in FULL_RUN_MARKERS)]
+    if full_only:
+        config.hook.pytest_deselected(items=full_only)
+        items[:] = [item for item in items if not any(item.get_closest_marker(m) for m in FULL_RUN_MARKERS)]
+
+
+def pytest_report_header(config):
+    if _everyday(config):
+        return (f"everyday run: tests marked {' or '.join(FULL_RUN_MARKERS)} are deselected "
+                "(the full suite: bash scripts/test.sh --all)")
+    return None
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -65,6 +98,37 @@ def glue() -> Path:
     if not GLUE.is_dir():
         pytest.skip(f"GLUE data not found at {GLUE}")
     return GLUE
+
+
+def run_process(command: list[str], *, timeout: float, **options) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, capture_output=True, text=True, **options)`` that fails the test after
+    ``timeout`` seconds instead of hanging: at the deadline the command and every process it started
+    are killed (``accelerate launch``'s ranks run in sessions of their own, out of reach of a signal
+    to its process group)."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **options)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_tree(process.pid)
+        out, err = process.communicate()
+        pytest.fail(f"{' '.join(map(str, command[:6]))} ... did not finish in {timeout:g} s (a hang?); "
+                    f"its last output:\n{err[-3000:]}")
+    finally:
+        if process.poll() is None:  # the test itself was interrupted
+            _kill_tree(process.pid)
+            process.wait()
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and all of its descendants (found before any is killed: an orphan's parent changes)."""
+    import psutil  # accelerate's dependency
+
+    with contextlib.suppress(psutil.NoSuchProcess):
+        root = psutil.Process(pid)
+        for process in [*root.children(recursive=True), root]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:
