@@ -100,6 +100,18 @@ def glue() -> Path:
     return GLUE
 
 
+@pytest.fixture
+def without_load_check(monkeypatch):
+    """``export --format hf`` without its check in a fresh Python (about 7 s of CPU per export: a
+    process that imports torch and transformers), for tests whose subject is what the export writes
+    beside the weights (the card, the record, a warning) or what it refuses; that every family's
+    export loads and computes the same without ghostify is tests/test_export.py's."""
+    import importlib
+
+    export_step = importlib.import_module("ghostify.steps.export")  # the module: steps.export is the function
+    monkeypatch.setattr(export_step, "check_hf", lambda *args, **kwargs: 0.0)
+
+
 def run_process(command: list[str], *, timeout: float, **options) -> subprocess.CompletedProcess:
     """``subprocess.run(command, capture_output=True, text=True, **options)`` that fails the test after
     ``timeout`` seconds instead of hanging: at the deadline the command and every process it started
@@ -142,15 +154,33 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
 
 
 @pytest.fixture(scope="session")
-def sst2_teacher(minilm, glue, tmp_path_factory) -> Path:
-    """MiniLM fine-tuned on 2,000 SST-2 training examples for one epoch (about 0.8 validation
-    accuracy), built once per test run (the workers share it) for the real-model method chains."""
+def sst2_epoch_check(glue, tmp_path_factory) -> Path:
+    """128 rows of SST-2 validation (a seeded sample), the `--validation-file` of the real-model chains'
+    training: their one epoch leaves the evaluation after it nothing to choose, and the full 872 rows
+    would cost each training command about 15 s. Each chain's own `eval` reads all 872."""
+    import pandas as pd
+
+    out = _shared_root(tmp_path_factory) / "sst2-validation-128.csv"
+    with held_lock(out.with_suffix(".lock")):
+        if not out.is_file():
+            rows = pd.read_parquet(next((glue / "sst2").glob("validation-*.parquet")))
+            tmp = out.with_suffix(".tmp")
+            rows.sample(n=128, random_state=0).to_csv(tmp, index=False)
+            tmp.replace(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def sst2_teacher(minilm, glue, sst2_epoch_check, tmp_path_factory) -> Path:
+    """MiniLM fine-tuned on 2,000 SST-2 training examples for one epoch (0.8016 validation accuracy on
+    all 872 rows), built once per test run (the workers share it) for the real-model method chains."""
     from ghostify.steps import finetune
 
     out = _shared_root(tmp_path_factory) / "sst2-teacher"
     with held_lock(out.with_suffix(".lock")):  # the other worker waits, then reads it (finetune writes atomically)
         if not out.is_dir():
-            finetune(minilm, out, task="sst2", dataset=str(glue), max_samples=2000, epochs=1, learning_rate=1e-4)
+            finetune(minilm, out, task="sst2", dataset=str(glue), max_samples=2000, epochs=1, learning_rate=1e-4,
+                     validation_file=str(sst2_epoch_check))
     return out
 
 

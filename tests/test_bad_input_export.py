@@ -279,7 +279,7 @@ DAMAGED_TRAINING = [
 
 @pytest.mark.parametrize(("name", "expected"), DAMAGED_TRAINING, ids=[c[0] for c in DAMAGED_TRAINING])
 def test_a_damaged_training_json_costs_the_card_its_metrics_not_the_export(name, expected, world, trained, tmp_path,
-                                                                           capsys):
+                                                                           capsys, without_load_check):
     out = tmp_path / "out"
     source = trained / f"training-{name}"
     _check_warned(capsys, world, out, ["export", source, "-o", out], f"{source / 'training.json'} is damaged ({expected}",
@@ -288,7 +288,7 @@ def test_a_damaged_training_json_costs_the_card_its_metrics_not_the_export(name,
     assert "## Evaluation" not in card and "model-index" not in card and "## Compression history" in card
 
 
-def test_an_intact_training_json_gives_the_card_its_metrics(world, trained, tmp_path, capsys):
+def test_an_intact_training_json_gives_the_card_its_metrics(world, trained, tmp_path, capsys, without_load_check):
     out = tmp_path / "out"
     _check_warned(capsys, world, out, ["export", trained / "good", "-o", out], None, inputs=(trained,))
     assert "## Evaluation" in (out / "README.md").read_text()
@@ -312,7 +312,7 @@ DAMAGED_HISTORY = [
 @pytest.mark.parametrize(("name", "expected"), DAMAGED_HISTORY, ids=[c[0] for c in DAMAGED_HISTORY])
 @pytest.mark.parametrize("command", ["export", "info"])
 def test_a_damaged_history_entry_costs_its_line_not_the_command(command, name, expected, world, trained, tmp_path,
-                                                                 capsys):
+                                                                 capsys, without_load_check):
     out = tmp_path / "out"
     source = trained / f"history-{name}"
     args = ["export", source, "-o", out] if command == "export" else ["info", source, "--json"]
@@ -334,7 +334,7 @@ def test_info_prints_a_history_with_a_damaged_entry_as_a_table(world, trained, c
     assert code == 0 and "history: finetune" in out and "history: prune" not in out, err
 
 
-def test_a_card_that_is_a_directory_does_not_stop_the_export(world, trained, tmp_path, capsys):
+def test_a_card_that_is_a_directory_does_not_stop_the_export(world, trained, tmp_path, capsys, without_load_check):
     """The input's README.md is never read: the export writes its own card."""
     out = tmp_path / "out"
     _check_warned(capsys, world, out, ["export", trained / "card-directory", "-o", out], None, inputs=(trained,))
@@ -452,7 +452,7 @@ def test_a_model_with_its_own_code_exports_and_loads_without_ghostify(variant, t
     assert loaded["worst"] <= 1e-5 and loaded["tokenizer"] == "OwnTokenizer", loaded
 
 
-def test_a_sentence_transformers_model_with_relative_module_paths_still_exports(tmp_path):
+def test_a_sentence_transformers_model_with_relative_module_paths_still_exports(tmp_path, without_load_check):
     st = tiny_sentence_transformer(tmp_path / "st")
     _modules(st, lambda m: m.__setitem__(1, _pooling("./1_Pooling")))  # relative, inside the model
     steps.prune(st, tmp_path / "pruned", width=0.5)
@@ -464,7 +464,7 @@ def test_a_sentence_transformers_model_with_relative_module_paths_still_exports(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "onnx", "pruned", "st"]
 
 
-def test_a_hugging_face_cache_snapshot_links_into_its_blobs(tmp_path):
+def test_a_hugging_face_cache_snapshot_links_into_its_blobs(tmp_path, without_load_check):
     """The hub cache links every file of a snapshot to ../../blobs: that stays inside the model."""
     from ghostify.errors import GhostifyError
     from ghostify.files import path_inside
@@ -483,7 +483,7 @@ def test_a_hugging_face_cache_snapshot_links_into_its_blobs(tmp_path):
         path_inside(snapshot, "vocab.txt", "vocab.txt")
 
 
-def test_the_history_names_local_inputs_absolutely(tmp_path, capsys, monkeypatch):
+def test_the_history_names_local_inputs_absolutely(tmp_path, capsys, monkeypatch, without_load_check):
     """A chain run with relative paths in one directory exports from another with the
     sentence-transformers layout: the history records where the origin is, not how it was named."""
     tiny_sentence_transformer(tmp_path / "runs" / "st")
