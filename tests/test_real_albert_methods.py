@@ -49,7 +49,7 @@ def test_factorized_embeddings_distill_finetune(sst2_teacher, sst2_epoch_check, 
     result = _recover_and_evaluate(ok, glue, sst2_epoch_check, sst2_teacher, tmp_path / "factorized", tmp_path)
     _report(capsys, "sst2 factorized before training:", before["metrics"], "after distill + finetune:", result["metrics"])
     assert result["samples"] == 872
-    assert result["metrics"]["accuracy"] > 0.7 > MAJORITY
+    assert result["metrics"]["accuracy"] > 0.7 > MAJORITY  # 0.7856 in a run (torch 2.13 CPU, one thread)
     info = json.loads(ok("info", tmp_path / "final", "--json"))
     assert info["embeddings"]["rank"] == 128
     assert [h["command"] for h in info["history"]][-3:] == ["factorize-embeddings", "distill", "finetune"]
@@ -64,6 +64,6 @@ def test_shared_layers_distill_finetune(sst2_teacher, sst2_epoch_check, glue, tm
     result = _recover_and_evaluate(ok, glue, sst2_epoch_check, sst2_teacher, tmp_path / "shared", tmp_path)
     _report(capsys, "sst2 shared (3 groups) after distill + finetune:", result["metrics"])
     assert result["samples"] == 872
-    assert result["metrics"]["accuracy"] > 0.7 > MAJORITY
+    assert result["metrics"]["accuracy"] > 0.7 > MAJORITY  # 0.7443 in a run (torch 2.13 CPU, one thread)
     final = json.loads(ok("info", tmp_path / "final", "--json"))
     assert final["layer_applications"] == [2, 2, 2] and final["params"] == info["params"]

