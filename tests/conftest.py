@@ -28,13 +28,22 @@ NEW_FAMILIES = ["roberta-prelayernorm", "xlm-roberta-xl", "modernbert", "eurober
 
 
 #: the markers of the tests that only the full run (``--all``: ``bash scripts/test.sh --all``, CI) runs
-FULL_RUN_MARKERS = ("real", "launch")
+FULL_RUN_MARKERS = ("real", "launch", "slow")
+#: the families whose ONNX export and quickstart run every day, one of each kind of attention code: BERT's
+#: (which the RoBERTa, ELECTRA, DistilBERT, ALBERT... families share through transformers' attention interface),
+#: DeBERTa-v2's and MPNet's own, ModernBERT's rotary, fused and sliding-window one, EuroBERT's grouped queries
+EVERYDAY_FAMILIES = ("bert", "deberta-v2", "mpnet", "modernbert", "eurobert")
+
+
+def family_params(families) -> list:
+    """``families`` as parameters, those outside EVERYDAY_FAMILIES marked ``slow`` (the full run's)."""
+    return [pytest.param(f, marks=() if f in EVERYDAY_FAMILIES else pytest.mark.slow) for f in families]
 
 
 def pytest_addoption(parser):
     parser.addoption("--all", action="store_true", dest="full_run",
-                     help=f"the full suite: also the tests marked {' and '.join(FULL_RUN_MARKERS)} (real-model "
-                          "chains, multi-process launches), which the everyday run leaves out")
+                     help=f"the full suite: also the tests marked {', '.join(FULL_RUN_MARKERS)} (real-model chains, "
+                          "multi-process launches, the rest of per-family matrices), which the everyday run leaves out")
 
 
 def _everyday(config) -> bool:
