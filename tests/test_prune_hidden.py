@@ -453,7 +453,7 @@ def test_export_command_checks_hf_and_onnx_fp32_and_int8_parity(family, tmp_path
     result = steps.export(tmp_path / "narrow", tmp_path / "onnx", format="onnx", quantize="int8")
     assert result["max_difference"] <= 1e-4
     # int8 weights: a loose tolerance on logits of order 0.1-1, as for the sentence transformer above (the error
-    # depends on the CPU's int8 kernels: ModernBERT's was 0.106 on a 2-core machine, one thread, under load)
+    # depends on the CPU's int8 kernels: ModernBERT's was 0.106 on one 2-core machine)
     assert result["int8_difference"] <= 0.2
 
 
