@@ -134,7 +134,7 @@ def _cli(capsys, *args) -> str:
     return out
 
 
-@pytest.mark.parametrize("family", NEW_FAMILIES)
+@pytest.mark.parametrize("family", family_params(NEW_FAMILIES))
 def test_every_command_works_on_the_family(family, toy, tmp_path, capsys):
     root = tmp_path
     tiny_checkpoint(root / "m", family)
@@ -177,7 +177,7 @@ def test_the_quickstart_recipe_runs_on_the_family(family, toy, tmp_path):
     assert report["stages"][-1]["metrics"]
 
 
-@pytest.mark.parametrize("family", NEW_FAMILIES)
+@pytest.mark.parametrize("family", family_params(NEW_FAMILIES))
 def test_a_resumed_distill_equals_an_uninterrupted_one(family, toy, tmp_path):
     from ghostify.steps import distill, prune
 
