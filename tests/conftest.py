@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -191,6 +193,21 @@ def sst2_teacher(minilm, glue, sst2_epoch_check, tmp_path_factory) -> Path:
             finetune(minilm, out, task="sst2", dataset=str(glue), max_samples=2000, epochs=1, learning_rate=1e-4,
                      validation_file=str(sst2_epoch_check))
     return out
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], object]) -> Path:
+    """``build(directory)`` once per test run, in the run's directory that both xdist workers see: the
+    first worker to need it builds it, the other waits, then reads it (tests only read such a fixture).
+    A build that failed leaves no mark of completion, so the next caller builds it again."""
+    root = _shared_root(tmp_path_factory)
+    directory, done = root / name, root / f"{name}.built"
+    with held_lock(root / f"{name}.lock"):
+        if not done.is_file():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            build(directory)
+            done.touch()
+    return directory
 
 
 def _shared_root(tmp_path_factory) -> Path:
