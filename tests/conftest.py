@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +27,46 @@ SDPA_FAMILIES = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "dist
 #: the families of issue 13 (fused Q/K/V, gated FFNs, grouped-query attention, RoPE, pre-norm)
 NEW_FAMILIES = ["roberta-prelayernorm", "xlm-roberta-xl", "modernbert", "eurobert", "gte", "nomic_bert",
                 "jina_embeddings_v3"]
+
+
+#: the markers of the tests that only the full run (``--all``: ``bash scripts/test.sh --all``, CI) runs
+FULL_RUN_MARKERS = ("real", "launch", "slow")
+#: the families whose ONNX export and quickstart run every day, one of each kind of attention code: BERT's
+#: (which the RoBERTa, ELECTRA, DistilBERT, ALBERT... families share through transformers' attention interface),
+#: DeBERTa-v2's and MPNet's own, ModernBERT's rotary, fused and sliding-window one, EuroBERT's grouped queries
+EVERYDAY_FAMILIES = ("bert", "deberta-v2", "mpnet", "modernbert", "eurobert")
+
+
+def family_params(families) -> list:
+    """``families`` as parameters, those outside EVERYDAY_FAMILIES marked ``slow`` (the full run's)."""
+    return [pytest.param(f, marks=() if f in EVERYDAY_FAMILIES else pytest.mark.slow) for f in families]
+
+
+def pytest_addoption(parser):
+    parser.addoption("--all", action="store_true", dest="full_run",
+                     help=f"the full suite: also the tests marked {', '.join(FULL_RUN_MARKERS)} (real-model chains, "
+                          "multi-process launches, the rest of per-family matrices), which the everyday run leaves out")
+
+
+def _everyday(config) -> bool:
+    """The everyday run: neither --all nor a -m expression of one's own (which selects by itself)."""
+    return not config.getoption("full_run") and not config.getoption("markexpr")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not _everyday(config):
+        return
+    full_only = [item for item in items if any(item.get_closest_marker(m) for m in FULL_RUN_MARKERS)]
+    if full_only:
+        config.hook.pytest_deselected(items=full_only)
+        items[:] = [item for item in items if not any(item.get_closest_marker(m) for m in FULL_RUN_MARKERS)]
+
+
+def pytest_report_header(config):
+    if _everyday(config):
+        return (f"everyday run: tests marked {' or '.join(FULL_RUN_MARKERS)} are deselected "
+                "(the full suite: bash scripts/test.sh --all)")
+    return None
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -67,6 +111,49 @@ def glue() -> Path:
     return GLUE
 
 
+@pytest.fixture
+def without_load_check(monkeypatch):
+    """``export --format hf`` without its check in a fresh Python (about 7 s of CPU per export: a
+    process that imports torch and transformers), for tests whose subject is what the export writes
+    beside the weights (the card, the record, a warning) or what it refuses; that every family's
+    export loads and computes the same without ghostify is tests/test_export.py's."""
+    import importlib
+
+    export_step = importlib.import_module("ghostify.steps.export")  # the module: steps.export is the function
+    monkeypatch.setattr(export_step, "check_hf", lambda *args, **kwargs: 0.0)
+
+
+def run_process(command: list[str], *, timeout: float, **options) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, capture_output=True, text=True, **options)`` that fails the test after
+    ``timeout`` seconds instead of hanging: at the deadline the command and every process it started
+    are killed (``accelerate launch``'s ranks run in sessions of their own, out of reach of a signal
+    to its process group)."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **options)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_tree(process.pid)
+        out, err = process.communicate()
+        pytest.fail(f"{' '.join(map(str, command[:6]))} ... did not finish in {timeout:g} s (a hang?); "
+                    f"its last output:\n{err[-3000:]}")
+    finally:
+        if process.poll() is None:  # the test itself was interrupted
+            _kill_tree(process.pid)
+            process.wait()
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and all of its descendants (found before any is killed: an orphan's parent changes)."""
+    import psutil  # accelerate's dependency
+
+    with contextlib.suppress(psutil.NoSuchProcess):
+        root = psutil.Process(pid)
+        for process in [*root.children(recursive=True), root]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+
+
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:
     """Run the CLI in-process; returns (exit code, stdout, stderr)."""
     from ghostify.cli.app import main
@@ -78,16 +165,49 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
 
 
 @pytest.fixture(scope="session")
-def sst2_teacher(minilm, glue, tmp_path_factory) -> Path:
-    """MiniLM fine-tuned on 2,000 SST-2 training examples for one epoch (about 0.8 validation
-    accuracy), built once per test run (the workers share it) for the real-model method chains."""
+def sst2_epoch_check(glue, tmp_path_factory) -> Path:
+    """128 rows of SST-2 validation (a seeded sample), the `--validation-file` of the real-model chains'
+    training: their one epoch leaves the evaluation after it nothing to choose, and the full 872 rows
+    would cost each training command about 15 s. Each chain's own `eval` reads all 872."""
+    import pandas as pd
+
+    out = _shared_root(tmp_path_factory) / "sst2-validation-128.csv"
+    with held_lock(out.with_suffix(".lock")):
+        if not out.is_file():
+            rows = pd.read_parquet(next((glue / "sst2").glob("validation-*.parquet")))
+            tmp = out.with_suffix(".tmp")
+            rows.sample(n=128, random_state=0).to_csv(tmp, index=False)
+            tmp.replace(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def sst2_teacher(minilm, glue, sst2_epoch_check, tmp_path_factory) -> Path:
+    """MiniLM fine-tuned on 2,000 SST-2 training examples for one epoch (0.8016 validation accuracy on
+    all 872 rows), built once per test run (the workers share it) for the real-model method chains."""
     from ghostify.steps import finetune
 
     out = _shared_root(tmp_path_factory) / "sst2-teacher"
     with held_lock(out.with_suffix(".lock")):  # the other worker waits, then reads it (finetune writes atomically)
         if not out.is_dir():
-            finetune(minilm, out, task="sst2", dataset=str(glue), max_samples=2000, epochs=1, learning_rate=1e-4)
+            finetune(minilm, out, task="sst2", dataset=str(glue), max_samples=2000, epochs=1, learning_rate=1e-4,
+                     validation_file=str(sst2_epoch_check))
     return out
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], object]) -> Path:
+    """``build(directory)`` once per test run, in the run's directory that both xdist workers see: the
+    first worker to need it builds it, the other waits, then reads it (tests only read such a fixture).
+    A build that failed leaves no mark of completion, so the next caller builds it again."""
+    root = _shared_root(tmp_path_factory)
+    directory, done = root / name, root / f"{name}.built"
+    with held_lock(root / f"{name}.lock"):
+        if not done.is_file():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            build(directory)
+            done.touch()
+    return directory
 
 
 def _shared_root(tmp_path_factory) -> Path:

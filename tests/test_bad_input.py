@@ -22,7 +22,7 @@ import torch
 from ghostify.methods.pruning import ImportanceScores
 from ghostify.testing import TOY_WORDS, tiny_checkpoint, tiny_model, tiny_tokenizer, write_toy_dataset
 
-from .conftest import REPO, run_cli
+from .conftest import REPO, built_once, run_cli
 
 
 # ----------------------------------------------------------------------------------------------
@@ -66,9 +66,13 @@ stages:
 
 @pytest.fixture(scope="session")
 def world(tmp_path_factory) -> Path:
+    """Checkpoints, data and recipes of every kind the bad-input tables name, built once per run."""
+    return built_once(tmp_path_factory, "bad-input", _build_world)
+
+
+def _build_world(root: Path) -> None:
     from ghostify.steps import attach_ghost, prune
 
-    root = tmp_path_factory.mktemp("bad-input")
     m = tiny_checkpoint(root / "m")
     toy = write_toy_dataset(root / "toy", train=32, validation=16)
     mlm = tiny_model("bert", "masked-lm")
@@ -123,7 +127,6 @@ def world(tmp_path_factory) -> Path:
     (root / "r-train.yaml").write_text(RECIPE_TRAINS.format(m=m, toy=toy))
     (root / "r-typo.yaml").write_text(RECIPE.format(m=m, toy=toy).replace("width:", "widht:"))
     _copy(m, root / "runs" / "01-prune")  # a stage directory of an earlier run
-    return root
 
 
 # ----------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from ghostify.testing import (
     write_toy_dataset,
 )
 
-from .conftest import run_cli
+from .conftest import built_once, run_cli
 from .test_bad_input import _check_refused, _fill, world  # noqa: F401
 
 CONTEXT = "the film was great music and the city was dark"
@@ -80,47 +80,47 @@ NO_TOKENS = {"tokens": [], "ner_tags": []}
 @pytest.fixture(scope="session")
 def data(tmp_path_factory) -> Path:
     """Tiny models and datasets, good ones and the faults users make."""
-    import datasets
+    def build(root: Path) -> None:
+        import datasets
 
-    datasets.disable_progress_bars()
-    root = tmp_path_factory.mktemp("bad-data")
-    tiny_checkpoint(root / "base", head="base")
-    tiny_checkpoint(root / "cls-model")
-    tiny_sentence_transformer(root / "st")
-    tiny_model("bert", "masked-lm").save_pretrained(root / "mlm")
-    tiny_tokenizer(root / "mlm")
-    good_qa = [_qa(_answer("music")), _qa(_answer("city")), _qa({"text": [], "answer_start": []})] * 2
-    # faults that are one error line
-    _save(root / "qa-strings", [_qa("music")] * 4, [_qa("music")] * 2)
-    _save(root / "qa-negative", [_qa(_answer("music", -1))] * 4, good_qa)
-    _save(root / "qa-lengths", [_qa({"text": ["music", "city"], "answer_start": [19]})] * 4, good_qa)
-    _save(root / "qa-no-text-key", [_qa({"txt": ["music"], "answer_start": [19]})] * 4, good_qa)
-    _save(root / "qa-all-elsewhere", [_qa(_answer("music", 3))] * 4, good_qa)
-    _save(root / "ner-all-empty", [NO_TOKENS] * 4, [NER_ROW] * 2, features=_ner_features())
-    _save(root / "ner-validation-tags", [{"tokens": ["the", "film"], "ner_tags": [0, 1]}] * 4,
-          [{"tokens": ["the", "city"], "ner_tags": [0, 3]}] * 2)  # plain ids: the training split names 2 tags
-    _save(root / "train-only", _sentences(8))
-    nan = [{"sentence": r["sentence"], "label": float(i) + 0.5} for i, r in enumerate(_sentences(8))]
-    nan[5]["label"] = math.nan
-    _save(root / "nan-scores", nan, nan)
-    (root / "empty-cell").mkdir()
-    for split in ("train", "validation"):
-        (root / "empty-cell" / f"{split}.csv").write_text("sentence,label\nthe film,0.5\nthe city,\nthe sea,1.5\n")
-    (root / "binary.txt").write_bytes(bytes(range(256)) * 4)
-    (root / "latin1.txt").write_bytes("the caf\xe9 was great\n".encode("latin-1"))
-    (root / "empty.txt").write_bytes(b"")
-    (root / "blank.txt").write_text("\n   \n\t\n")
-    # good datasets, for the runs that must leave them as they are
-    _save(root / "cls", _sentences(12), _sentences(6, seed=1))
-    _save(root / "ner", [NER_ROW, {"tokens": ["a", "films", "sea"], "ner_tags": [0, 1, 3]}] * 4, [NER_ROW] * 3,
-          features=_ner_features())
-    _save(root / "squad", good_qa, good_qa)
-    # a few unusable rows among good ones: dropped, counted in one warning
-    _save(root / "ner-some-empty", [NER_ROW] * 6 + [NO_TOKENS] * 2, [NER_ROW] * 3, features=_ner_features())
-    _save(root / "qa-some-elsewhere", good_qa + [_qa(_answer("music", 3))] * 3, good_qa)
-    code = _augment(root)
-    assert code == 0
-    return root
+        datasets.disable_progress_bars()
+        tiny_checkpoint(root / "base", head="base")
+        tiny_checkpoint(root / "cls-model")
+        tiny_sentence_transformer(root / "st")
+        tiny_model("bert", "masked-lm").save_pretrained(root / "mlm")
+        tiny_tokenizer(root / "mlm")
+        good_qa = [_qa(_answer("music")), _qa(_answer("city")), _qa({"text": [], "answer_start": []})] * 2
+        # faults that are one error line
+        _save(root / "qa-strings", [_qa("music")] * 4, [_qa("music")] * 2)
+        _save(root / "qa-negative", [_qa(_answer("music", -1))] * 4, good_qa)
+        _save(root / "qa-lengths", [_qa({"text": ["music", "city"], "answer_start": [19]})] * 4, good_qa)
+        _save(root / "qa-no-text-key", [_qa({"txt": ["music"], "answer_start": [19]})] * 4, good_qa)
+        _save(root / "qa-all-elsewhere", [_qa(_answer("music", 3))] * 4, good_qa)
+        _save(root / "ner-all-empty", [NO_TOKENS] * 4, [NER_ROW] * 2, features=_ner_features())
+        _save(root / "ner-validation-tags", [{"tokens": ["the", "film"], "ner_tags": [0, 1]}] * 4,
+              [{"tokens": ["the", "city"], "ner_tags": [0, 3]}] * 2)  # plain ids: the training split names 2 tags
+        _save(root / "train-only", _sentences(8))
+        nan = [{"sentence": r["sentence"], "label": float(i) + 0.5} for i, r in enumerate(_sentences(8))]
+        nan[5]["label"] = math.nan
+        _save(root / "nan-scores", nan, nan)
+        (root / "empty-cell").mkdir()
+        for split in ("train", "validation"):
+            (root / "empty-cell" / f"{split}.csv").write_text("sentence,label\nthe film,0.5\nthe city,\nthe sea,1.5\n")
+        (root / "binary.txt").write_bytes(bytes(range(256)) * 4)
+        (root / "latin1.txt").write_bytes("the caf\xe9 was great\n".encode("latin-1"))
+        (root / "empty.txt").write_bytes(b"")
+        (root / "blank.txt").write_text("\n   \n\t\n")
+        # good datasets, for the runs that must leave them as they are
+        _save(root / "cls", _sentences(12), _sentences(6, seed=1))
+        _save(root / "ner", [NER_ROW, {"tokens": ["a", "films", "sea"], "ner_tags": [0, 1, 3]}] * 4, [NER_ROW] * 3,
+              features=_ner_features())
+        _save(root / "squad", good_qa, good_qa)
+        # a few unusable rows among good ones: dropped, counted in one warning
+        _save(root / "ner-some-empty", [NER_ROW] * 6 + [NO_TOKENS] * 2, [NER_ROW] * 3, features=_ner_features())
+        _save(root / "qa-some-elsewhere", good_qa + [_qa(_answer("music", 3))] * 3, good_qa)
+        code = _augment(root)
+        assert code == 0
+    return built_once(tmp_path_factory, "bad-data", build)
 
 
 def _augment(root: Path) -> int:
@@ -237,37 +237,37 @@ def _parquet(path: Path, columns: dict[str, list]) -> Path:
 @pytest.fixture(scope="session")
 def files(tmp_path_factory) -> Path:
     """Data files with the faults users make, and models to read them with."""
-    root = tmp_path_factory.mktemp("bad-files")
-    tiny_checkpoint(root / "cls-model")
-    tiny_sentence_transformer(root / "st")
-    rows = _sentences(20)
-    good = [json.dumps(row) for row in rows]
-    (root / "empty.jsonl").write_bytes(b"")
-    (root / "blank.jsonl").write_text("\n  \n\n")
-    _jsonl(root / "mixed-labels.jsonl", [{**row, "label": [0, 1, "pos"][i % 3]} for i, row in enumerate(rows)])
-    _parquet(root / "words.parquet", {"sentence": [row["sentence"].split() for row in rows],
-                                      "label": [row["label"] for row in rows]})
-    _csv(root / "empty-text.csv", [{**row, "sentence": "" if i == 4 else row["sentence"]} for i, row in enumerate(rows)])
-    _jsonl(root / "null-text.jsonl", [{**row, "sentence": None if i == 2 else row["sentence"]} for i, row in enumerate(rows)])
-    _csv(root / "named-scores.csv", [{**row, "label": ["high", "low"][i % 2]} for i, row in enumerate(rows)])
-    (root / "bad-line.jsonl").write_text("\n".join(good[:5] + ['{"sentence": "the film", "label": 1'] + good[5:]) + "\n")
-    (root / "list-line.jsonl").write_text("\n".join(good[:3] + ["[1, 2]"] + good[3:]) + "\n")
-    _jsonl(root / "other-columns.jsonl", [{"text": row["sentence"], "label": row["label"]} for row in rows])
-    (root / "latin1.csv").write_bytes("sentence,label\nthe caf\xe9 was great,1\nthe film,0\n".encode("latin-1"))
-    (root / "binary.csv").write_bytes(bytes(range(256)) * 4)
-    (root / "header-only.csv").write_text("sentence,label\n")
-    (root / "ragged.csv").write_text("sentence,label\nthe film,1\nthe city,0\nthe sea,1,extra\n")
-    (root / "ragged.tsv").write_text("sentence\tlabel\nthe film\t1\nthe city\t0\t1\n")
-    (root / "not-parquet.parquet").write_text("sentence,label\nthe film,1\n")
-    (root / "empty.parquet").write_bytes(b"")
-    _jsonl(root / "null-label.jsonl", [{**row, "label": None if i == 2 else row["label"]} for i, row in enumerate(rows)])
-    _jsonl(root / "list-label.jsonl", [{**row, "label": [1] if i == 1 else row["label"]} for i, row in enumerate(rows)])
-    (root / "broken-array.json").write_text(json.dumps(rows)[:-40])
-    _jsonl(root / "number-text.jsonl", [{"sentence": i, "label": i % 2} for i in range(20)])
-    (root / "folder.csv").mkdir()
-    _save(root / "class-names", _sentences(8), _sentences(4, seed=1),
-          features=_features({"sentence": "string", "label": ["neg", "pos"]}))
-    return root
+    def build(root: Path) -> None:
+        tiny_checkpoint(root / "cls-model")
+        tiny_sentence_transformer(root / "st")
+        rows = _sentences(20)
+        good = [json.dumps(row) for row in rows]
+        (root / "empty.jsonl").write_bytes(b"")
+        (root / "blank.jsonl").write_text("\n  \n\n")
+        _jsonl(root / "mixed-labels.jsonl", [{**row, "label": [0, 1, "pos"][i % 3]} for i, row in enumerate(rows)])
+        _parquet(root / "words.parquet", {"sentence": [row["sentence"].split() for row in rows],
+                                          "label": [row["label"] for row in rows]})
+        _csv(root / "empty-text.csv", [{**row, "sentence": "" if i == 4 else row["sentence"]} for i, row in enumerate(rows)])
+        _jsonl(root / "null-text.jsonl", [{**row, "sentence": None if i == 2 else row["sentence"]} for i, row in enumerate(rows)])
+        _csv(root / "named-scores.csv", [{**row, "label": ["high", "low"][i % 2]} for i, row in enumerate(rows)])
+        (root / "bad-line.jsonl").write_text("\n".join(good[:5] + ['{"sentence": "the film", "label": 1'] + good[5:]) + "\n")
+        (root / "list-line.jsonl").write_text("\n".join(good[:3] + ["[1, 2]"] + good[3:]) + "\n")
+        _jsonl(root / "other-columns.jsonl", [{"text": row["sentence"], "label": row["label"]} for row in rows])
+        (root / "latin1.csv").write_bytes("sentence,label\nthe caf\xe9 was great,1\nthe film,0\n".encode("latin-1"))
+        (root / "binary.csv").write_bytes(bytes(range(256)) * 4)
+        (root / "header-only.csv").write_text("sentence,label\n")
+        (root / "ragged.csv").write_text("sentence,label\nthe film,1\nthe city,0\nthe sea,1,extra\n")
+        (root / "ragged.tsv").write_text("sentence\tlabel\nthe film\t1\nthe city\t0\t1\n")
+        (root / "not-parquet.parquet").write_text("sentence,label\nthe film,1\n")
+        (root / "empty.parquet").write_bytes(b"")
+        _jsonl(root / "null-label.jsonl", [{**row, "label": None if i == 2 else row["label"]} for i, row in enumerate(rows)])
+        _jsonl(root / "list-label.jsonl", [{**row, "label": [1] if i == 1 else row["label"]} for i, row in enumerate(rows)])
+        (root / "broken-array.json").write_text(json.dumps(rows)[:-40])
+        _jsonl(root / "number-text.jsonl", [{"sentence": i, "label": i % 2} for i in range(20)])
+        (root / "folder.csv").mkdir()
+        _save(root / "class-names", _sentences(8), _sentences(4, seed=1),
+              features=_features({"sentence": "string", "label": ["neg", "pos"]}))
+    return built_once(tmp_path_factory, "bad-files", build)
 
 
 def _features(columns: dict) -> object:

@@ -24,7 +24,7 @@ from ghostify.export.hf import QUIET_TRANSFORMERS, WITHOUT_GHOSTIFY
 from ghostify.export.onnx import example_batch, input_names
 from ghostify.testing import tiny_checkpoint, tiny_sentence_transformer, write_toy_dataset
 
-from .conftest import run_cli
+from .conftest import built_once, run_cli
 from .test_bad_input import _beside, _check_refused, _fill, _snapshot, world  # noqa: F401
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -48,66 +48,66 @@ def _pooling(path: str) -> dict:
 @pytest.fixture(scope="session")
 def models(tmp_path_factory) -> Path:
     """Models whose files name paths outside themselves, broken layouts, damaged ONNX graphs."""
-    from .test_references import _save_with_references
+    def build(root: Path) -> None:
+        from .test_references import _save_with_references
 
-    root = tmp_path_factory.mktemp("bad-export")
-    outside = root / "outside"  # what a model names outside itself
-    st = tiny_sentence_transformer(root / "st")
-    _copy(st / "1_Pooling", outside / "pool")
-    shutil.copy2(st / "modules.json", outside / "modules.json")
-    shutil.copy2(st / "tokenizer.json", outside / "tokenizer.json")
+        outside = root / "outside"  # what a model names outside itself
+        st = tiny_sentence_transformer(root / "st")
+        _copy(st / "1_Pooling", outside / "pool")
+        shutil.copy2(st / "modules.json", outside / "modules.json")
+        shutil.copy2(st / "tokenizer.json", outside / "tokenizer.json")
 
-    # a module path "../payload": copying the layout would write beside the export
-    up = _copy(st, root / "up" / "model")
-    _copy(st / "1_Pooling", root / "up" / "payload")
-    _modules(up, lambda m: m.__setitem__(1, _pooling("../payload")))
-    _modules(_copy(st, root / "deep"), lambda m: m.__setitem__(1, _pooling("1_Pooling/../../../../../tmp")))
-    _modules(_copy(st, root / "absolute"), lambda m: m.__setitem__(1, _pooling(str(outside / "pool"))))
-    linked = _copy(st, root / "pool-linked")
-    shutil.rmtree(linked / "1_Pooling")
-    (linked / "1_Pooling").symlink_to(outside / "pool", target_is_directory=True)
-    file_linked = _copy(st, root / "pool-file-linked")
-    (file_linked / "1_Pooling" / "config.json").unlink()
-    (file_linked / "1_Pooling" / "config.json").symlink_to(outside / "pool" / "config.json")
-    modules_linked = _copy(st, root / "modules-linked")
-    (modules_linked / "modules.json").unlink()
-    (modules_linked / "modules.json").symlink_to(outside / "modules.json")
-    (_copy(st, root / "modules-dict") / "modules.json").write_text(json.dumps({"0": _pooling("1_Pooling")}))
-    (_copy(st, root / "modules-broken") / "modules.json").write_text("[{broken")
-    (_copy(st, root / "no-pool-config") / "1_Pooling" / "config.json").unlink()
-    # a custom module's code (as Jina v3 ships custom_st.py) that is a symlink out of the model
-    custom = _copy(st, root / "custom-linked")
-    _modules(custom, lambda m: m[0].__setitem__("type", "custom_st.Transformer"))
-    (outside / "custom_st.py").write_text("Transformer = None\n")
-    (custom / "custom_st.py").symlink_to(outside / "custom_st.py")
+        # a module path "../payload": copying the layout would write beside the export
+        up = _copy(st, root / "up" / "model")
+        _copy(st / "1_Pooling", root / "up" / "payload")
+        _modules(up, lambda m: m.__setitem__(1, _pooling("../payload")))
+        _modules(_copy(st, root / "deep"), lambda m: m.__setitem__(1, _pooling("1_Pooling/../../../../../tmp")))
+        _modules(_copy(st, root / "absolute"), lambda m: m.__setitem__(1, _pooling(str(outside / "pool"))))
+        linked = _copy(st, root / "pool-linked")
+        shutil.rmtree(linked / "1_Pooling")
+        (linked / "1_Pooling").symlink_to(outside / "pool", target_is_directory=True)
+        file_linked = _copy(st, root / "pool-file-linked")
+        (file_linked / "1_Pooling" / "config.json").unlink()
+        (file_linked / "1_Pooling" / "config.json").symlink_to(outside / "pool" / "config.json")
+        modules_linked = _copy(st, root / "modules-linked")
+        (modules_linked / "modules.json").unlink()
+        (modules_linked / "modules.json").symlink_to(outside / "modules.json")
+        (_copy(st, root / "modules-dict") / "modules.json").write_text(json.dumps({"0": _pooling("1_Pooling")}))
+        (_copy(st, root / "modules-broken") / "modules.json").write_text("[{broken")
+        (_copy(st, root / "no-pool-config") / "1_Pooling" / "config.json").unlink()
+        # a custom module's code (as Jina v3 ships custom_st.py) that is a symlink out of the model
+        custom = _copy(st, root / "custom-linked")
+        _modules(custom, lambda m: m[0].__setitem__("type", "custom_st.Transformer"))
+        (outside / "custom_st.py").write_text("Transformer = None\n")
+        (custom / "custom_st.py").symlink_to(outside / "custom_st.py")
 
-    m = tiny_checkpoint(root / "m")
-    tok_linked = _copy(m, root / "tok-linked")
-    (tok_linked / "tokenizer.json").unlink()
-    (tok_linked / "tokenizer.json").symlink_to(outside / "tokenizer.json")
-    tok_code = _copy(m, root / "tok-code")
-    config = json.loads((tok_code / "tokenizer_config.json").read_text())
-    config["auto_map"] = {"AutoTokenizer": ["../evil.Tokenizer", None]}
-    (tok_code / "tokenizer_config.json").write_text(json.dumps(config))
+        m = tiny_checkpoint(root / "m")
+        tok_linked = _copy(m, root / "tok-linked")
+        (tok_linked / "tokenizer.json").unlink()
+        (tok_linked / "tokenizer.json").symlink_to(outside / "tokenizer.json")
+        tok_code = _copy(m, root / "tok-code")
+        config = json.loads((tok_code / "tokenizer_config.json").read_text())
+        config["auto_map"] = {"AutoTokenizer": ["../evil.Tokenizer", None]}
+        (tok_code / "tokenizer_config.json").write_text(json.dumps(config))
 
-    # RefBERT: a model with references, and one whose store is a symlink out of it
-    _save_with_references(root / "refs")
-    ref = root / "refs" / "ref"
-    ref_linked = _copy(ref, root / "ref-linked")
-    shutil.copy2(ref / "references.safetensors", outside / "references.safetensors")
-    (ref_linked / "references.safetensors").unlink()
-    (ref_linked / "references.safetensors").symlink_to(outside / "references.safetensors")
+        # RefBERT: a model with references, and one whose store is a symlink out of it
+        _save_with_references(root / "refs")
+        ref = root / "refs" / "ref"
+        ref_linked = _copy(ref, root / "ref-linked")
+        shutil.copy2(ref / "references.safetensors", outside / "references.safetensors")
+        (ref_linked / "references.safetensors").unlink()
+        (ref_linked / "references.safetensors").symlink_to(outside / "references.safetensors")
 
-    # ONNX exports with a damaged graph
-    onnx = root / "onnx"
-    steps.export(m, onnx, format="onnx")
-    graph = (onnx / "model.onnx").read_bytes()
-    (_copy(onnx, root / "onnx-empty") / "model.onnx").write_bytes(b"")
-    (_copy(onnx, root / "onnx-truncated") / "model.onnx").write_bytes(graph[: len(graph) // 3])
-    noise = torch.randint(0, 256, (4096,), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    (_copy(onnx, root / "onnx-random") / "model.onnx").write_bytes(noise.numpy().tobytes())
-    write_toy_dataset(root / "toy", train=8, validation=8)
-    return root
+        # ONNX exports with a damaged graph
+        onnx = root / "onnx"
+        steps.export(m, onnx, format="onnx")
+        graph = (onnx / "model.onnx").read_bytes()
+        (_copy(onnx, root / "onnx-empty") / "model.onnx").write_bytes(b"")
+        (_copy(onnx, root / "onnx-truncated") / "model.onnx").write_bytes(graph[: len(graph) // 3])
+        noise = torch.randint(0, 256, (4096,), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+        (_copy(onnx, root / "onnx-random") / "model.onnx").write_bytes(noise.numpy().tobytes())
+        write_toy_dataset(root / "toy", train=8, validation=8)
+    return built_once(tmp_path_factory, "bad-export", build)
 
 
 EVAL = ["--dataset", "<toy>", "--text-columns", "sentence", "--max-length", "16"]
@@ -206,42 +206,42 @@ def _set(key: str, value):
 def trained(world, tmp_path_factory) -> Path:
     """A fine-tuned checkpoint (training.json, a history with a pruning and a fine-tuning step) and
     copies of it with training.json or the history damaged."""
-    root = tmp_path_factory.mktemp("damaged-records")
-    with pytest.warns(UserWarning):
-        steps.prune(world / "m", root / "pruned", width="0.5")
-    steps.finetune(root / "pruned", root / "good", dataset=str(world / "toy"), text_columns=("sentence",),
-                   epochs=1, batch_size=16, max_length=16)
-    training = {
-        "eval-list": _set("eval", [0.5, 0.7]),  # issue 36, item 20
-        "eval-null": _set("eval", None),
-        "metric-string": _set("eval.accuracy", "0.9"),
-        "evaluations-mapping": _set("evaluations", {"1": {"eval": {"accuracy": 0.5}}}),
-        "best-step-text": _set("best_step", "last"),
-        "baseline-list": _set("constant_baseline", [0.5]),
-    }
-    for name, edit in training.items():
-        _edit_json(_copy(root / "good", root / f"training-{name}") / "training.json", edit)
-    (_copy(root / "good", root / "training-not-json") / "training.json").write_text("{\"steps\": 3,")
-    (_copy(root / "good", root / "training-a-list") / "training.json").write_text("[1, 2]")
-    (_copy(root / "good", root / "training-latin1") / "training.json").write_bytes(b'{"note": "caf\xe9"}')
-    (_copy(root / "good", root / "training-directory") / "training.json").unlink()
-    (root / "training-directory" / "training.json").mkdir()
-    histories = {
-        "arguments-string": lambda h: h[0].__setitem__("arguments", "width=0.5"),  # issue 36, item 21
-        "entry-number": lambda h: h.__setitem__(0, 3),
-        "command-list": lambda h: h[1].__setitem__("command", ["finetune"]),
-        "task-list": lambda h: h[1]["arguments"].__setitem__("task", ["sst2"]),
-        "dataset-number": lambda h: h[1]["arguments"].__setitem__("dataset", 5),
-        "time-number": lambda h: h[0].__setitem__("time", 1700000000),
-        "two-damaged": lambda h: (h[0].__setitem__("arguments", None), h[1].__setitem__("command", None)),
-    }
-    for name, edit in histories.items():
-        _edit_history(_copy(root / "good", root / f"history-{name}"), edit)
-    _edit_history(_copy(root / "good", root / "history-a-string"), "prune then finetune")
-    _edit_history(_copy(root / "good", root / "history-a-mapping"), {"0": {"command": "prune"}})
-    (_copy(root / "good", root / "card-directory") / "README.md").unlink()
-    (root / "card-directory" / "README.md").mkdir()
-    return root
+    def build(root: Path) -> None:
+        with pytest.warns(UserWarning):
+            steps.prune(world / "m", root / "pruned", width="0.5")
+        steps.finetune(root / "pruned", root / "good", dataset=str(world / "toy"), text_columns=("sentence",),
+                       epochs=1, batch_size=16, max_length=16)
+        training = {
+            "eval-list": _set("eval", [0.5, 0.7]),  # issue 36, item 20
+            "eval-null": _set("eval", None),
+            "metric-string": _set("eval.accuracy", "0.9"),
+            "evaluations-mapping": _set("evaluations", {"1": {"eval": {"accuracy": 0.5}}}),
+            "best-step-text": _set("best_step", "last"),
+            "baseline-list": _set("constant_baseline", [0.5]),
+        }
+        for name, edit in training.items():
+            _edit_json(_copy(root / "good", root / f"training-{name}") / "training.json", edit)
+        (_copy(root / "good", root / "training-not-json") / "training.json").write_text("{\"steps\": 3,")
+        (_copy(root / "good", root / "training-a-list") / "training.json").write_text("[1, 2]")
+        (_copy(root / "good", root / "training-latin1") / "training.json").write_bytes(b'{"note": "caf\xe9"}')
+        (_copy(root / "good", root / "training-directory") / "training.json").unlink()
+        (root / "training-directory" / "training.json").mkdir()
+        histories = {
+            "arguments-string": lambda h: h[0].__setitem__("arguments", "width=0.5"),  # issue 36, item 21
+            "entry-number": lambda h: h.__setitem__(0, 3),
+            "command-list": lambda h: h[1].__setitem__("command", ["finetune"]),
+            "task-list": lambda h: h[1]["arguments"].__setitem__("task", ["sst2"]),
+            "dataset-number": lambda h: h[1]["arguments"].__setitem__("dataset", 5),
+            "time-number": lambda h: h[0].__setitem__("time", 1700000000),
+            "two-damaged": lambda h: (h[0].__setitem__("arguments", None), h[1].__setitem__("command", None)),
+        }
+        for name, edit in histories.items():
+            _edit_history(_copy(root / "good", root / f"history-{name}"), edit)
+        _edit_history(_copy(root / "good", root / "history-a-string"), "prune then finetune")
+        _edit_history(_copy(root / "good", root / "history-a-mapping"), {"0": {"command": "prune"}})
+        (_copy(root / "good", root / "card-directory") / "README.md").unlink()
+        (root / "card-directory" / "README.md").mkdir()
+    return built_once(tmp_path_factory, "damaged-records", build)
 
 
 def _check_warned(capsys, world: Path, out: Path, args: list[str], expected: str | None, *, inputs: tuple[Path, ...]):
@@ -279,7 +279,7 @@ DAMAGED_TRAINING = [
 
 @pytest.mark.parametrize(("name", "expected"), DAMAGED_TRAINING, ids=[c[0] for c in DAMAGED_TRAINING])
 def test_a_damaged_training_json_costs_the_card_its_metrics_not_the_export(name, expected, world, trained, tmp_path,
-                                                                           capsys):
+                                                                           capsys, without_load_check):
     out = tmp_path / "out"
     source = trained / f"training-{name}"
     _check_warned(capsys, world, out, ["export", source, "-o", out], f"{source / 'training.json'} is damaged ({expected}",
@@ -288,7 +288,7 @@ def test_a_damaged_training_json_costs_the_card_its_metrics_not_the_export(name,
     assert "## Evaluation" not in card and "model-index" not in card and "## Compression history" in card
 
 
-def test_an_intact_training_json_gives_the_card_its_metrics(world, trained, tmp_path, capsys):
+def test_an_intact_training_json_gives_the_card_its_metrics(world, trained, tmp_path, capsys, without_load_check):
     out = tmp_path / "out"
     _check_warned(capsys, world, out, ["export", trained / "good", "-o", out], None, inputs=(trained,))
     assert "## Evaluation" in (out / "README.md").read_text()
@@ -312,7 +312,7 @@ DAMAGED_HISTORY = [
 @pytest.mark.parametrize(("name", "expected"), DAMAGED_HISTORY, ids=[c[0] for c in DAMAGED_HISTORY])
 @pytest.mark.parametrize("command", ["export", "info"])
 def test_a_damaged_history_entry_costs_its_line_not_the_command(command, name, expected, world, trained, tmp_path,
-                                                                 capsys):
+                                                                 capsys, without_load_check):
     out = tmp_path / "out"
     source = trained / f"history-{name}"
     args = ["export", source, "-o", out] if command == "export" else ["info", source, "--json"]
@@ -334,7 +334,7 @@ def test_info_prints_a_history_with_a_damaged_entry_as_a_table(world, trained, c
     assert code == 0 and "history: finetune" in out and "history: prune" not in out, err
 
 
-def test_a_card_that_is_a_directory_does_not_stop_the_export(world, trained, tmp_path, capsys):
+def test_a_card_that_is_a_directory_does_not_stop_the_export(world, trained, tmp_path, capsys, without_load_check):
     """The input's README.md is never read: the export writes its own card."""
     out = tmp_path / "out"
     _check_warned(capsys, world, out, ["export", trained / "card-directory", "-o", out], None, inputs=(trained,))
@@ -452,7 +452,7 @@ def test_a_model_with_its_own_code_exports_and_loads_without_ghostify(variant, t
     assert loaded["worst"] <= 1e-5 and loaded["tokenizer"] == "OwnTokenizer", loaded
 
 
-def test_a_sentence_transformers_model_with_relative_module_paths_still_exports(tmp_path):
+def test_a_sentence_transformers_model_with_relative_module_paths_still_exports(tmp_path, without_load_check):
     st = tiny_sentence_transformer(tmp_path / "st")
     _modules(st, lambda m: m.__setitem__(1, _pooling("./1_Pooling")))  # relative, inside the model
     steps.prune(st, tmp_path / "pruned", width=0.5)
@@ -464,7 +464,7 @@ def test_a_sentence_transformers_model_with_relative_module_paths_still_exports(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "onnx", "pruned", "st"]
 
 
-def test_a_hugging_face_cache_snapshot_links_into_its_blobs(tmp_path):
+def test_a_hugging_face_cache_snapshot_links_into_its_blobs(tmp_path, without_load_check):
     """The hub cache links every file of a snapshot to ../../blobs: that stays inside the model."""
     from ghostify.errors import GhostifyError
     from ghostify.files import path_inside
@@ -483,7 +483,7 @@ def test_a_hugging_face_cache_snapshot_links_into_its_blobs(tmp_path):
         path_inside(snapshot, "vocab.txt", "vocab.txt")
 
 
-def test_the_history_names_local_inputs_absolutely(tmp_path, capsys, monkeypatch):
+def test_the_history_names_local_inputs_absolutely(tmp_path, capsys, monkeypatch, without_load_check):
     """A chain run with relative paths in one directory exports from another with the
     sentence-transformers layout: the history records where the origin is, not how it was named."""
     tiny_sentence_transformer(tmp_path / "runs" / "st")

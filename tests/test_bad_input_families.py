@@ -20,7 +20,7 @@ from ghostify.errors import GhostifyError
 from ghostify.testing import FAMILIES, tiny_batch, tiny_checkpoint, tiny_model, tiny_tokenizer
 from ghostify.tokenization import check_max_length, max_tokens
 
-from .conftest import run_cli
+from .conftest import built_once, run_cli
 from .test_bad_input import _check_refused, _fill, world  # noqa: F401
 
 #: rows of the position table before the first token's position, read off each family's
@@ -48,24 +48,24 @@ def _save_encoder_as(directory: Path, family: str, head: str, edit=None) -> Path
 @pytest.fixture(scope="session")
 def extra(tmp_path_factory) -> Path:
     """Inputs of the refusals below, beside the shared bad-input world."""
-    from ghostify import steps
+    def build(root: Path) -> None:
+        from ghostify import steps
 
-    root = tmp_path_factory.mktemp("bad-input-families")
-    tiny_checkpoint(root / "bert64", max_position_embeddings=64)
-    tiny_checkpoint(root / "bert128", max_position_embeddings=128)
-    tiny_checkpoint(root / "roberta128", "roberta", max_position_embeddings=128)
-    steps.export(tiny_checkpoint(root / "m160"), root / "onnx", format="onnx")
-    _save_encoder_as(root / "enc-missing", "mpnet", "masked-lm",
-                     lambda s: s.pop("encoder.layer.0.attention.attn.q.weight"))
-    _save_encoder_as(root / "enc-shape", "mpnet", "masked-lm",
-                     lambda s: s.__setitem__("encoder.layer.1.intermediate.dense.weight", torch.zeros(5, 32)))
-    head = root / "head-partial"  # an MLM checkpoint that lost part of its head
-    tiny_model("mpnet", "masked-lm").save_pretrained(str(head))
-    tiny_tokenizer(head)
-    state = load_file(str(head / "model.safetensors"))
-    state.pop("lm_head.dense.weight")
-    save_file(state, str(head / "model.safetensors"), metadata={"format": "pt"})
-    return root
+        tiny_checkpoint(root / "bert64", max_position_embeddings=64)
+        tiny_checkpoint(root / "bert128", max_position_embeddings=128)
+        tiny_checkpoint(root / "roberta128", "roberta", max_position_embeddings=128)
+        steps.export(tiny_checkpoint(root / "m160"), root / "onnx", format="onnx")
+        _save_encoder_as(root / "enc-missing", "mpnet", "masked-lm",
+                         lambda s: s.pop("encoder.layer.0.attention.attn.q.weight"))
+        _save_encoder_as(root / "enc-shape", "mpnet", "masked-lm",
+                         lambda s: s.__setitem__("encoder.layer.1.intermediate.dense.weight", torch.zeros(5, 32)))
+        head = root / "head-partial"  # an MLM checkpoint that lost part of its head
+        tiny_model("mpnet", "masked-lm").save_pretrained(str(head))
+        tiny_tokenizer(head)
+        state = load_file(str(head / "model.safetensors"))
+        state.pop("lm_head.dense.weight")
+        save_file(state, str(head / "model.safetensors"), metadata={"format": "pt"})
+    return built_once(tmp_path_factory, "bad-input-families", build)
 
 
 def _fill_extra(args: list[str], world: Path, extra: Path, out: Path) -> list[str]:

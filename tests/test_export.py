@@ -18,7 +18,7 @@ from ghostify.errors import GhostifyError
 from ghostify.export.hf import QUIET_TRANSFORMERS, WITHOUT_GHOSTIFY, write_hf
 from ghostify.export.onnx import example_batch, input_names
 from ghostify.testing import FAMILIES, tiny_checkpoint
-from tests.conftest import run_cli
+from tests.conftest import family_params, run_cli
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -164,7 +164,9 @@ def test_export_command_checks_hf_and_a_uniform_ffn_width_is_a_stock_checkpoint(
         assert torch.allclose(plain(**batch).logits, net(**batch).logits, atol=1e-6)
 
 
-ONNX_CASES = [(f, "ghosts") for f in FAMILIES] + [("bert", v) for v in ("conv", "zero-scale", "grouped", "embeddings", "shared")]
+#: every family with ghosts (the everyday run: a family of each kind of attention code), and BERT with each method
+ONNX_CASES = [pytest.param(*p.values, "ghosts", marks=p.marks) for p in family_params(FAMILIES)] + [
+    ("bert", v) for v in ("conv", "zero-scale", "grouped", "embeddings", "shared")]
 
 
 @pytest.mark.parametrize("family, variant", ONNX_CASES)

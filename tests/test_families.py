@@ -18,7 +18,7 @@ from ghostify.methods.pruning import gated, prune_model
 from ghostify.methods.pruning.apply import dense_record
 from ghostify.testing import FFN, HEADS, HIDDEN, tiny_batch, tiny_checkpoint, tiny_model, write_toy_dataset
 
-from .conftest import NEW_FAMILIES, REPO, run_cli
+from .conftest import NEW_FAMILIES, REPO, family_params, run_cli
 
 HEAD = HIDDEN // HEADS
 TOY = {"text_columns": ("sentence",), "label_column": "label"}
@@ -134,7 +134,7 @@ def _cli(capsys, *args) -> str:
     return out
 
 
-@pytest.mark.parametrize("family", NEW_FAMILIES)
+@pytest.mark.parametrize("family", family_params(NEW_FAMILIES))
 def test_every_command_works_on_the_family(family, toy, tmp_path, capsys):
     root = tmp_path
     tiny_checkpoint(root / "m", family)
@@ -164,7 +164,7 @@ def test_every_command_works_on_the_family(family, toy, tmp_path, capsys):
         assert code == 0, err
 
 
-@pytest.mark.parametrize("family", NEW_FAMILIES)
+@pytest.mark.parametrize("family", family_params(NEW_FAMILIES))
 def test_the_quickstart_recipe_runs_on_the_family(family, toy, tmp_path):
     tiny_checkpoint(tmp_path / "model", family)
     overrides = [f"model={tmp_path / 'model'}", f"data.dataset={toy}", "data.task=null", "data.text_columns=[sentence]",
@@ -177,7 +177,7 @@ def test_the_quickstart_recipe_runs_on_the_family(family, toy, tmp_path):
     assert report["stages"][-1]["metrics"]
 
 
-@pytest.mark.parametrize("family", NEW_FAMILIES)
+@pytest.mark.parametrize("family", family_params(NEW_FAMILIES))
 def test_a_resumed_distill_equals_an_uninterrupted_one(family, toy, tmp_path):
     from ghostify.steps import distill, prune
 

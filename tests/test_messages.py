@@ -15,22 +15,22 @@ import pytest
 from ghostify.steps import export, importance
 from ghostify.testing import tiny_model, tiny_tokenizer
 
-from .conftest import REPO, run_cli
+from .conftest import REPO, built_once, run_cli
 from .test_bad_input import _check_refused, _fill, world  # noqa: F401
 
 
 @pytest.fixture(scope="session")
 def extra(world, tmp_path_factory) -> Path:  # noqa: F811
-    root = tmp_path_factory.mktemp("messages")
-    export(world / "m", root / "onnx", format="onnx")
-    importance(world / "m", root / "scored", dataset=str(world / "toy"), text_columns=("sentence",),
-               label_column="label", samples=8, max_length=32)
-    tiny_model("bert", "base").save_pretrained(str(root / "bare"))
-    tiny_tokenizer(root / "bare")
-    (root / "fails.yaml").write_text(f"model: {world / 'm'}\ndata: {{dataset: {world / 'toy'}, text_columns: [sentence], "
-                                     "label_column: label, max_length: 32}\nstages:\n  - prune: {width: 0.5}\n"
-                                     "  - attach-ghost: {when: false}\n  - eval: {split: nope}\n")
-    return root
+    def build(root: Path) -> None:
+        export(world / "m", root / "onnx", format="onnx")
+        importance(world / "m", root / "scored", dataset=str(world / "toy"), text_columns=("sentence",),
+                   label_column="label", samples=8, max_length=32)
+        tiny_model("bert", "base").save_pretrained(str(root / "bare"))
+        tiny_tokenizer(root / "bare")
+        (root / "fails.yaml").write_text(f"model: {world / 'm'}\ndata: {{dataset: {world / 'toy'}, text_columns: "
+                                         "[sentence], label_column: label, max_length: 32}\nstages:\n  - prune: "
+                                         "{width: 0.5}\n  - attach-ghost: {when: false}\n  - eval: {split: nope}\n")
+    return built_once(tmp_path_factory, "messages", build)
 
 
 CASES = [

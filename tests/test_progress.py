@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 
 import pytest
@@ -17,7 +16,7 @@ from ghostify.testing import tiny_checkpoint, write_toy_dataset
 from ghostify.training.baseline import constant_baseline
 from ghostify.training.progress import Interval, TrainingProgress, duration
 
-from .conftest import run_cli
+from .conftest import run_cli, run_process
 
 STEP_LINE = re.compile(r"^step \d+/\d+ \(\d+%\) loss [\d.e+-]+ lr [\d.e+-]+ [\d.]+ samples/s ETA \w+$")
 EVAL_LINE = re.compile(r"^eval step \d+: accuracy [\d.]+( \(best\))?$")
@@ -149,13 +148,14 @@ def test_a_run_no_better_than_a_constant_prediction_says_so_once(capsys, tmp_pat
 
 
 # ---- two processes: each line once ------------------------------------------------------------------
+@pytest.mark.launch
 def test_two_processes_say_each_line_once_and_record_the_count(tmp_path, init, toy):
     out = tmp_path / "ft2"
     command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
                "-m", "ghostify", *_finetune_args(init, toy, out, "--epochs", "2", "--learning-rate", "1e-9")]
     env = dict(os.environ, OMP_NUM_THREADS="1", GHOSTIFY_DEBUG="")
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    done = run_process(command, cwd=tmp_path, env=env, timeout=300)  # a tiny model's run: well under a minute
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stderr.splitlines()
     assert lines[-1] == f"wrote {out} (metrics.jsonl, training.json)", lines

@@ -9,7 +9,7 @@ import pytest
 from ghostify import steps
 from tests.conftest import run_cli
 
-pytestmark = pytest.mark.filterwarnings("ignore")
+pytestmark = [pytest.mark.real, pytest.mark.filterwarnings("ignore")]
 
 
 def test_minilm_sst2_export_hf_onnx_int8_keeps_accuracy(sst2_teacher, glue, tmp_path, capsys):

@@ -22,7 +22,7 @@ from ghostify import recipe as recipes
 from ghostify import steps
 from ghostify.testing import TOY_WORDS, tiny_checkpoint, tiny_model, tiny_tokenizer, write_toy_dataset
 
-from .conftest import ALL_FAMILIES, REPO
+from .conftest import ALL_FAMILIES, REPO, family_params
 
 TOY = {"text_columns": ("sentence",), "label_column": "label"}
 SHORT = {"epochs": 1, "batch_size": 16, "max_samples": 32, "learning_rate": 1e-3, "max_length": 32}
@@ -77,7 +77,7 @@ def twice(tmp_path: Path, command) -> tuple[Path, Path]:
     return outputs[0], outputs[1]
 
 
-@pytest.mark.parametrize("family", ALL_FAMILIES)
+@pytest.mark.parametrize("family", family_params(ALL_FAMILIES))
 def test_the_ghostbert_chain_is_reproducible_for_every_family(tmp_path, toy, family):
     """finetune (new head) -> importance -> prune -> attach-ghost (F=2: random kernels) -> distill
     -> finetune with the teacher: each stage's output is identical between two runs."""

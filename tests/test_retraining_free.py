@@ -357,8 +357,18 @@ def test_a_tuned_checkpoint_saves_loads_and_exports_like_any_pruned_one(tmp_path
     net = load_model(tmp_path / "tuned")
     plain = load_model(tmp_path / "plain")
     batch = tiny_batch(3, 9, seed=5)
+    # the whole-model guard keeps the tuned scales only where they bring the held-out outputs closer to the
+    # teacher's; on a tiny model the two distances are close enough for the CPU's rounding to decide (an AMD EPYC
+    # undid the tuning where this machine keeps it), so the test holds the guard to its own decision
+    assert any(layer["applied"] for layer in tuned["layers"])
     with torch.no_grad():
-        assert not torch.equal(net(**batch).logits, plain(**batch).logits)  # the scales moved the outputs
+        moved = not torch.equal(net(**batch).logits, plain(**batch).logits)
+    if tuned["kept"]:
+        assert tuned["distance_after"] <= tuned["distance_before"] and moved  # the scales moved the outputs
+    else:
+        assert tuned["distance_after"] >= tuned["distance_before"] and "the untuned scales are kept" in err
+        assert (tmp_path / "tuned" / "model.safetensors").read_bytes() == \
+            (tmp_path / "plain" / "model.safetensors").read_bytes()  # undone whole: the untuned weights
     # save -> load exact: write again what was loaded, load that
     from ghostify.checkpoint import model_record, save_checkpoint
 

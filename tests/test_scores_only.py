@@ -14,15 +14,19 @@ from ghostify import recipe as recipes
 from ghostify.steps import importance, prune
 from ghostify.testing import tiny_checkpoint, write_toy_dataset
 
-from .conftest import REPO
+from .conftest import REPO, built_once
 
 DATA = dict(dataset=None, text_columns=("sentence",), label_column="label", max_length=32, samples=16)
 
 
 @pytest.fixture(scope="session")
 def quick_run(tmp_path_factory) -> Path:
-    """The quickstart recipe, run on a tiny model and the toy dataset (shared with test_report_plot)."""
-    root = tmp_path_factory.mktemp("quick-tiny")
+    """The quickstart recipe, run on a tiny model and the toy dataset (shared with test_report_plot and
+    test_docs), once per test run."""
+    return built_once(tmp_path_factory, "quick-tiny", _quick_run) / "run"
+
+
+def _quick_run(root: Path) -> None:
     tiny_checkpoint(root / "model")
     write_toy_dataset(root / "toy", train=64, validation=32)
     overrides = [f"model={root / 'model'}", f"data.dataset={root / 'toy'}", "data.task=null",
@@ -30,7 +34,6 @@ def quick_run(tmp_path_factory) -> Path:
                  "importance.samples=16", *[f"{c}.{s}" for c in ("finetune", "distill")
                                             for s in ("max_samples=32", "epochs=1", "batch_size=16")]]
     recipes.run(recipes.load(REPO / "recipes" / "quickstart.yaml", overrides), root / "run")
-    return root / "run"
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,9 @@
 """Sharded training on 2 CPU processes: ``accelerate launch --config_file recipes/accelerate/...``
 with FSDP2 and with DeepSpeed ZeRO-3 runs finetune, distill and a recipe; the checkpoint holds the
 gathered weights (those of the same run under data parallelism), a killed run resumes to the bytes of
-an uninterrupted one, and the inputs are never touched.
+an uninterrupted one, a process whose view of the file system differs from the main one's still
+ends with the others, and the inputs are never touched. The launches are marked ``launch``: the full
+suite runs them (``bash scripts/test.sh --all``); each fails after ``LAUNCH_TIMEOUT`` s instead of hanging.
 
 On a machine without CUDA Accelerate shards only with ``GHOSTIFY_SHARDED_CPU=1`` (the documented
 setting; ghostify/training/sharding.py), which these launches set. DeepSpeed compiles a small C++
@@ -15,6 +17,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +29,7 @@ from safetensors.torch import load_file
 from ghostify.errors import GhostifyError
 from ghostify.testing import tiny_checkpoint, write_toy_dataset
 
-from .conftest import run_cli
+from .conftest import run_cli, run_process
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "recipes" / "accelerate"
@@ -38,6 +41,8 @@ ENGINES = {
 DEEPSPEED = pytest.mark.skipif(not HAS_DEEPSPEED,
                                reason="DeepSpeed is not installed: pip install 'ghostify[distributed]'")
 ENGINE_PARAMS = [pytest.param("fsdp2"), pytest.param("zero3", marks=[DEEPSPEED, pytest.mark.compiler])]
+#: seconds a launch may take (a tiny model's run takes well under a minute): a hang fails its test
+LAUNCH_TIMEOUT = 300
 # 64 examples, batch 16, 2 epochs: 8 steps, a saved state every 2
 TRAIN = ["--text-columns", "sentence", "--epochs", "2", "--batch-size", "16", "--learning-rate", "3e-3",
          "--checkpoint-steps", "2", "--max-length", "32"]
@@ -74,7 +79,7 @@ def _launch(args: list[str], cwd: Path, engine: str | Path | None,
         launch += ["--config_file", str(engine if isinstance(engine, Path) else CONFIGS / ENGINES[engine][0])]
     env = dict(os.environ, OMP_NUM_THREADS="1", GHOSTIFY_DEBUG="", GHOSTIFY_SHARDED_CPU="1")
     command = [*launch, "--main_process_port", "0", *(program or ["-m", "ghostify"]), *args]
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    return run_process(command, cwd=cwd, env=env, timeout=LAUNCH_TIMEOUT)
 
 
 def _ok(result: subprocess.CompletedProcess) -> None:
@@ -126,16 +131,49 @@ def data_parallel(inputs) -> Path:
     return out
 
 
+# Run as the launched program in place of `-m ghostify`: in every process but the main one, the file
+# system shows no OUT.partial/best, as when the main process has already moved it into the output and
+# removed OUT.partial (the race that hung a run at its end: the other process then entered a gather of
+# the weights that the main one never joined).
+BEST_ALREADY_GONE = """
+import os, pathlib, sys
+
+if os.environ["RANK"] != "0":
+    is_dir = pathlib.Path.is_dir
+    pathlib.Path.is_dir = lambda self, *args, **kwargs: self.name != "best" and is_dir(self, *args, **kwargs)
+from ghostify.cli import run
+sys.argv[0] = "ghostify"
+run()
+"""
+
+
 @pytest.fixture(scope="module", params=ENGINE_PARAMS)
 def sharded(request, inputs) -> tuple[str, Path]:
-    """finetune and distill under the engine's config (one module-wide run each)."""
+    """finetune and distill under the engine's config (one module-wide run each); finetune as
+    ``BEST_ALREADY_GONE``, so that a process deciding a collective on its own would hang it."""
     engine = request.param
     out = inputs["root"] / engine
-    for args in _commands(inputs, out).values():
-        _ok(_launch(args, inputs["root"], engine))
+    program = inputs["root"] / "best_already_gone.py"
+    program.write_text(BEST_ALREADY_GONE)
+    for command, args in _commands(inputs, out).items():
+        _ok(_launch(args, inputs["root"], engine, program=[str(program)] if command == "finetune" else None))
     return engine, out
 
 
+@pytest.mark.launch
+def test_a_process_whose_file_system_differs_ends_the_run_with_the_others(sharded):
+    """The fixture's finetune ran with the other process finding no ``OUT.partial/best``: its end (the
+    best checkpoint or a gather of the last weights) was decided for every process by the main one, so
+    the run ended (a hang fails the fixture at LAUNCH_TIMEOUT) with the best evaluation's checkpoint;
+    the next test finds its weights equal to data parallelism's."""
+    engine, out = sharded
+    training = json.loads((out / "finetune" / "training.json").read_text())
+    assert training["engine"] == ENGINES[engine][1] and len(training["evaluations"]) == 2
+    assert training["best"] == max(e["eval"]["accuracy"] for e in training["evaluations"])
+    assert (out / "finetune" / "model.safetensors").is_file() and not (out / "finetune.partial").exists()
+
+
+@pytest.mark.launch
 @pytest.mark.parametrize("command", ["finetune", "distill"])
 def test_sharded_run_saves_the_gathered_weights_of_the_data_parallel_run(sharded, data_parallel, inputs, command):
     engine, out = sharded
@@ -155,6 +193,7 @@ def test_sharded_run_saves_the_gathered_weights_of_the_data_parallel_run(sharded
     assert not (out / f"{command}.partial").exists()
 
 
+@pytest.mark.launch
 def test_killed_sharded_run_resumes_to_the_bytes_of_an_uninterrupted_one(sharded, inputs, tmp_path):
     engine, out = sharded
     crash = tmp_path / "crash.py"
@@ -175,6 +214,54 @@ def test_killed_sharded_run_resumes_to_the_bytes_of_an_uninterrupted_one(sharded
     assert (tmp_path / "finetune" / "model.safetensors").read_bytes() == \
         (out / "finetune" / "model.safetensors").read_bytes()
     assert not (tmp_path / "finetune.partial").exists()
+
+
+# Two processes of one gloo group: each looks for `best` in a directory of its own (the main one's has
+# it), refuses as itself, and answers its rank; every answer and refusal must be the main process's.
+MAIN_DECIDES = """
+import sys
+from pathlib import Path
+
+import torch.distributed as dist
+
+from ghostify.errors import GhostifyError
+from ghostify.training.sharding import on_main_process
+
+rank, store, root = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+print(on_main_process(lambda: (root / f"rank{rank}" / "best").is_dir()))
+
+
+def refuse():
+    raise GhostifyError(f"refused by rank {rank}")
+
+
+try:
+    on_main_process(refuse)
+except GhostifyError as exc:
+    print(exc)
+print(on_main_process(lambda: rank))
+dist.destroy_process_group()
+"""
+
+
+def test_every_process_takes_the_main_process_answer_and_refusal(tmp_path):
+    (tmp_path / "rank0" / "best").mkdir(parents=True)
+    (tmp_path / "rank1").mkdir()
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    ranks = [subprocess.Popen([sys.executable, "-c", MAIN_DECIDES, str(rank), str(tmp_path / "store"), str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                              start_new_session=True) for rank in (0, 1)]
+    try:
+        done = [rank.communicate(timeout=120) for rank in ranks]
+    finally:
+        for rank in ranks:
+            if rank.poll() is None:
+                os.killpg(rank.pid, signal.SIGKILL)
+                rank.wait()
+    for rank, (stdout, stderr) in zip(ranks, done):
+        assert rank.returncode == 0, stderr[-3000:]
+        assert stdout.split("\n") == ["True", "refused by rank 0", "0", ""]
 
 
 RECIPE = """
@@ -205,6 +292,7 @@ stages:
 """
 
 
+@pytest.mark.launch
 @pytest.mark.parametrize("engine", ENGINE_PARAMS)
 def test_recipe_runs_under_a_sharded_config(engine, inputs, tmp_path):
     """Training and evaluation on every process, sharded; importance, prune and attach-ghost on the main
@@ -318,6 +406,7 @@ def test_the_cpu_setting_is_refused_on_a_machine_with_cuda(monkeypatch):
         accelerator_options()
 
 
+@pytest.mark.launch
 def test_data_parallel_distill_with_the_default_losses_leaves_the_untouched_head_alone(inputs, tmp_path):
     """The hidden-state losses never reach the task head: data parallelism must not wait for its gradient."""
     args = ["distill", "--teacher", str(inputs["teacher"]), "--student", str(inputs["init"]), "-o",

@@ -28,7 +28,7 @@ from ..steps import attach_ghost, prune
 from ..steps.info import report_size
 from ..training.loop import partial_dir
 from ..training.progress import duration
-from ..training.sharding import start_processes
+from ..training.sharding import on_main_process, start_processes
 from .overrides import apply_overrides
 from .plan import PlannedStage, plan
 from .report import REPORT_JSON, REPORT_MD, stage_summary, write_report
@@ -100,7 +100,9 @@ def _run_stages(recipe: Recipe, run_dir: Path, stages: list[PlannedStage],
                 on_stage: Callable[[PlannedStage, str], None] | None) -> dict[str, Any]:
     """The stages of :func:`run`, with its run directory locked. Under a multi-process launch
     (``accelerate launch``) every process trains and evaluates; the other stages, and every write of
-    the run's own files, are the main process's while the others wait (:func:`_on_main_process`)."""
+    the run's own files, are the main process's while the others wait (``on_main_process``), and the main
+    process decides which stages are done (each process reading the stage files itself could see one
+    the main process has just written, and skip a stage the others run)."""
     start_processes()
     main = is_main_process()
 
@@ -108,10 +110,10 @@ def _run_stages(recipe: Recipe, run_dir: Path, stages: list[PlannedStage],
         _remove_leftovers(run_dir, stages)
         (run_dir / RECIPE_FILE).write_text(yaml.safe_dump(recipe.raw, sort_keys=False))
 
-    _on_main_process(prepare)
+    on_main_process(prepare)
     rows: list[dict[str, Any]] = []
     for planned in stages:
-        saved = completed(planned)
+        saved = on_main_process(lambda: completed(planned))
         if saved is not None:
             if on_stage:
                 on_stage(planned, "skipped")
@@ -124,7 +126,7 @@ def _run_stages(recipe: Recipe, run_dir: Path, stages: list[PlannedStage],
             if _every_process(planned):
                 _execute(planned)
             else:
-                _on_main_process(lambda: _execute(planned))
+                on_main_process(lambda: _execute(planned))
         except StageError:
             raise
         except GhostifyError as exc:
@@ -140,7 +142,7 @@ def _run_stages(recipe: Recipe, run_dir: Path, stages: list[PlannedStage],
             rows.append({**summary, "status": "ran"})
             write_report(run_dir, recipe, rows)
 
-        _on_main_process(record_stage)
+        on_main_process(record_stage)
     final = next((p for p in reversed(stages) if p.stage.command.produces == "model"), None)
     if final is not None and main:
         # the final checkpoint reproduces itself: `ghostify run OUT/recipe.yaml -o NEW_RUN`
@@ -153,27 +155,6 @@ def _every_process(planned: PlannedStage) -> bool:
     other stages hold one copy of a model and write files: the main process runs them."""
     command = planned.stage.command
     return command.trains or command.produces == "metrics"
-
-
-def _on_main_process(work: Callable[[], None]) -> None:
-    """Run ``work`` on the main process only, the others waiting for it; its refusal (a
-    ``GhostifyError``) is raised in every process, so that none waits forever for the others."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        work()
-        return
-    failure: list[str | None] = [None]
-    if dist.get_rank() == 0:
-        try:
-            work()
-        except GhostifyError as exc:
-            failure[0] = str(exc)
-            dist.broadcast_object_list(failure, src=0)
-            raise
-    dist.broadcast_object_list(failure, src=0)
-    if failure[0] is not None:
-        raise GhostifyError(failure[0])
 
 
 def outputs_line(recipe: Recipe, run_dir: str | Path) -> str:

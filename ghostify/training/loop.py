@@ -37,7 +37,7 @@ from ..settings import TRACKERS, TrainSettings
 from .baseline import ConstantBaseline
 from .metrics import compute_metrics
 from .progress import TrainingProgress
-from .sharding import Sharding, end_run, make_accelerator, split_state
+from .sharding import Sharding, end_run, make_accelerator, on_main_process, split_state
 from .teacher_store import RUN_STORE, TeacherStore
 
 #: where the experiment trackers' logs go inside the output (``--report-to``)
@@ -247,10 +247,10 @@ def train(
             )
         micro = settings.batch_size // per_step
         fingerprint = _fingerprint(settings, identity or {})
-        resuming = _resume_decision(work, output, fingerprint, resume=resume, overwrite=overwrite)
-        if resuming:
-            _check_same_engine(work, sharding.name, world)
-        accelerator.wait_for_everyone()  # every process decided before the main one changes anything
+        # decided once (it chooses whether every process loads a sharded state), before the main process
+        # changes anything
+        resuming = on_main_process(lambda: _resumes(work, output, fingerprint, resume=resume, overwrite=overwrite,
+                                                 engine=sharding.name, processes=world))
         if main and not resuming:
             remove_tree(work)
             work.mkdir(parents=True)
@@ -400,8 +400,9 @@ def train(
         if store is not None:
             store_note = store.summary()
             store.close()
-        accelerator.wait_for_everyone()
-        best = evaluation is not None and (work / "best").is_dir()
+        # decided once: the other processes gather with the main one only when it writes the last weights
+        # (each looking for `best` itself could find it gone, the main process having finished)
+        best = on_main_process(lambda: evaluation is not None and (work / "best").is_dir())
         last = sharding.gather(objective) if not best else None  # every process sends its shards
         if main:
             with atomic_directory(output, overwrite=overwrite or output.exists()) as tmp:
@@ -495,6 +496,15 @@ def _against_baseline(evaluation: Evaluation | None, best: float | None, setting
             f"--learning-rate (now {settings.learning_rate:g}) or more --epochs (now {settings.epochs})",
             stacklevel=3)
     return compared
+
+
+def _resumes(work: Path, output: Path, fingerprint: dict, *, resume: bool, overwrite: bool, engine: str,
+             processes: int) -> bool:
+    """True when resuming the saved state (which ``engine`` on ``processes`` can read back)."""
+    resuming = _resume_decision(work, output, fingerprint, resume=resume, overwrite=overwrite)
+    if resuming:
+        _check_same_engine(work, engine, processes)
+    return resuming
 
 
 def _resume_decision(work: Path, output: Path, fingerprint: dict, *, resume: bool, overwrite: bool) -> bool:

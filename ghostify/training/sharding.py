@@ -26,8 +26,8 @@ import contextlib
 import copy
 import os
 import warnings
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -155,6 +155,37 @@ def start_processes() -> None:
     for by the others."""
     if launched_processes() > 1:
         accelerator_options()
+
+
+T = TypeVar("T")
+
+
+def on_main_process(work: Callable[[], T]) -> T:
+    """``work()`` run by the main process alone, the others waiting; every process of a launch gets
+    its answer, or its refusal (a ``GhostifyError``, raised in every process, so that none waits
+    forever for the others).
+
+    What chooses whether a collective runs (gathering the weights, loading a sharded state) must be
+    the same in every process. Each process reading the file system on its own races with the main
+    process's writes: a run hung at its end when the other process found ``OUT.partial/best``
+    already removed and entered a gather the main process never joined."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return work()
+    answer: list[Any] = [None, None]  # the answer, or the refusal's message
+    refusal: GhostifyError | None = None
+    if dist.get_rank() == 0:
+        try:
+            answer[0] = work()
+        except GhostifyError as exc:
+            refusal, answer[1] = exc, str(exc)
+    dist.broadcast_object_list(answer, src=0)
+    if refusal is not None:
+        raise refusal
+    if answer[1] is not None:
+        raise GhostifyError(answer[1])
+    return answer[0]
 
 
 def end_run(accelerator, partial_type: Any) -> None:
