@@ -28,7 +28,7 @@ from ..files import atomic_directory, check_output_dir, copy_tokenizer
 from ..hub import hub_target, push_folder
 from ..methods import export_refusals
 from ..pooling import Pooling, export_layout_source, read_modules
-from ..runtimes import INT8, Runtime, graph_of, runtime
+from ..runtimes import INT8, Runtime, graph_of, graph_runtimes, runtime
 from ..settings import DEFAULT_DATASET, DataSettings, ExportDefaults, TaskSettings
 from ..tasks import dataset_for
 from ..tokenization import check_max_length, load_tokenizer
@@ -167,8 +167,6 @@ def export(
 
 
 def _int8_runtimes() -> list[Runtime]:
-    from ..runtimes import graph_runtimes
-
     return [r for r in graph_runtimes() if r.int8_graph is not None]
 
 
