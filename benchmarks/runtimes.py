@@ -19,7 +19,7 @@ another calibration count and ``--keep-fp32`` groups (``--int8-variant 1000 --in
     OMP_NUM_THREADS=1 nice python benchmarks/runtimes.py --work /tmp/rt-sst2 --model /work/runs/rf/sst2/run/01-teacher \
         --task sst2 --dataset ../shared/data/glue --accuracy                          # + SST-2 accuracy of each
 
-Writes ``benchmarks/results/runtimes.md`` with the command, the CPU (model and whether it has the
+Writes ``benchmarks/results/runtimes.md`` (and the same rows as ``runtimes.json``) with the command, the CPU (model and whether it has the
 AVX-512 VNNI, AVX-512 BF16 and AMX flags), the threads, the versions and the load average before and after.
 """
 
@@ -196,6 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     ])
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text)
+    # the same rows as data, beside it (benchmarks/picture.py draws them)
+    common.write_json(args.output.with_suffix(".json"), {
+        "command": text.split("Command: `", 1)[1].split("`", 1)[0], "cpu": common.cpu_model(), "flags": flags,
+        "load_average": [load_before[0], load_after[0]], "model": args.model, "task": args.task,
+        "batch_size": args.batch_size, "seq_len": args.seq_len, "threads": args.threads, "rounds": args.rounds,
+        "rows": [{"name": name, "file": f"{graph.parent.name}/{graph.name}", "precision": precision,
+                  "cpu_ms": m, "wall_ms": statistics.median(w), "metrics": (found or {}).get("metrics")}
+                 for (name, graph, precision), w, m, found in zip(rows, wall, medians, metrics)]})
     print(text)
     return 0
 
