@@ -75,7 +75,8 @@ def _all_runtimes(models: list[str], batch_size: int, seq_len: int, threads: int
     table = Table(title=f"{models[0]} in every installed runtime: batch {batch_size}, sequence {seq_len}, "
                         f"{threads} thread(s), {rounds} rounds; milliseconds per forward pass")
     for column in ("deployment", "runtime", f"{clock} median", "wall median", "wall p25-p75", f"speed-up vs {rows[0]['deployment']}"):
-        table.add_column(column, justify="left" if column in ("deployment", "runtime") else "right")
+        table.add_column(column, justify="left" if column in ("deployment", "runtime") else "right",
+                         no_wrap=column == "deployment")
     for row in rows:
         table.add_row(row["deployment"] + (" (fastest)" if row["fastest"] else ""), row["title"], f"{row['ms']:.2f}",
                       f"{row['wall_ms']:.2f}", f"{row['p25_ms']:.2f}-{row['p75_ms']:.2f}", f"{row['speedup']:.2f}x")
