@@ -240,6 +240,9 @@ def test_the_report_states_the_speedup_over_the_same_runtime_and_over_the_fastes
     same = _report(fastest_dense={"deployment": "onnx-int8", "title": "ONNX Runtime int8", "ms": 9.0,
                                   "measured": 1.94})
     assert "which is also the fastest dense deployment here" in compress_report.markdown(same)
+    alone = _report(fastest_dense=same["fastest_dense"], dense_deployments=_report()["dense_deployments"][:1])
+    assert "1.94x over the dense model in ONNX Runtime int8, the only deployment installed" in \
+        compress_report.markdown(alone)
     before = _report(fastest_dense=None, dense_deployments=None)  # a report of a run that did not time them
     assert "fastest dense deployment" not in compress_report.markdown(before)
     compress_report.plot(tmp_path / "before.png", before)

@@ -186,6 +186,8 @@ def over_fastest_line(report: dict[str, Any]) -> str | None:
     if not best:
         return None
     same = target(Deployment(**report["deployment"]).runtime)
+    if len(report.get("dense_deployments") or []) == 1:
+        return f"{report['measured_speedup']:.2f}x over the dense model in {same.title}, the only deployment installed"
     if best["deployment"] == same.name:
         return (f"{report['measured_speedup']:.2f}x over the dense model in {same.title}, which is also the fastest "
                 "dense deployment here")
