@@ -45,8 +45,10 @@ class Deployment:
 
     def check(self, *, auto: bool = False) -> None:
         """Refuse a bad value in one line; ``auto``: the runtime may be ``auto`` (a command that picks it by timing)."""
+        if auto and self.runtime not in RUNTIMES:  # one line for a name no runtime serves, auto among the choices
+            raise GhostifyError(f"unknown --runtime {self.runtime!r}; choose one of {', '.join(RUNTIMES)}")
         if not (auto and self.runtime == AUTO):
-            target(self.runtime)  # one line for a name no runtime serves
+            target(self.runtime)
         for name, value in (("--batch-size", self.batch_size), ("--seq-len", self.seq_len), ("--threads", self.threads)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise GhostifyError(f"{name} {value!r} must be a whole number of at least 1")

@@ -174,6 +174,8 @@ def test_auto_is_no_deployment_a_latency_model_describes():
     with pytest.raises(GhostifyError, match="unknown --runtime 'auto'"):
         Deployment(runtime="auto").check()
     Deployment(runtime="auto").check(auto=True)
+    with pytest.raises(GhostifyError, match="unknown --runtime 'tpu'; choose one of onnx-int8, .*pytorch, auto$"):
+        Deployment(runtime="tpu").check(auto=True)  # where auto is a choice, the refusal lists it
 
 
 def test_compress_times_the_shipped_model_against_the_dense_model_in_every_deployment(tmp_path, monkeypatch):

@@ -103,4 +103,5 @@ def graph_suffixes() -> tuple[str, ...]:
 
 
 __all__ = ["AUTO", "DEFAULT_DEPLOYMENT", "INT8", "Runtime", "Session", "Target", "Usage", "deployment_names", "feeds_for",
-           "first_line", "graph_of", "graph_runtimes", "graph_suffixes", "installed_deployments", "runtime", "runtimes", "target"]
+           "first_line", "graph_of", "graph_runtimes", "graph_suffixes", "installed_deployments", "runtime", "runtimes",
+           "target"]
