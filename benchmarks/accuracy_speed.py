@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         runtime = next((k for k in markers if name.startswith(k)), "")
         int8 = "int8" in name
         ax.scatter([x], [y], marker=markers.get(runtime, "o"), s=55, zorder=3, edgecolors="black",
-                   color="tab:gray" if int8 else "white", label="dense model in a runtime (filled: int8)" if i == 0 else None)
+                   color="tab:gray" if int8 else "white",
+                   label="dense model in a runtime (filled: int8)" if i == 0 else None)
         # the points sit close together: their names go in a column below them, each with a line to its point
         ax.annotate(f"{name}: {y:.1f}", (x, y), textcoords="offset points", xytext=(12, -16 * (i + 1)), fontsize=7,
                     va="center", arrowprops={"arrowstyle": "-", "color": "gray", "linewidth": 0.6})

@@ -19,8 +19,9 @@ another calibration count and ``--keep-fp32`` groups (``--int8-variant 1000 --in
     OMP_NUM_THREADS=1 nice python benchmarks/runtimes.py --work /tmp/rt-sst2 --model /work/runs/rf/sst2/run/01-teacher \
         --task sst2 --dataset ../shared/data/glue --accuracy                          # + SST-2 accuracy of each
 
-Writes ``benchmarks/results/runtimes.md`` (and the same rows as ``runtimes.json``) with the command, the CPU (model and whether it has the
-AVX-512 VNNI, AVX-512 BF16 and AMX flags), the threads, the versions and the load average before and after.
+Writes ``benchmarks/results/runtimes.md`` (and the same rows as ``runtimes.json``) with the command, the CPU
+(model and whether it has the AVX-512 VNNI, AVX-512 BF16 and AMX flags), the threads, the versions and the load
+average before and after.
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ def export_all(args: argparse.Namespace, work: Path) -> list[tuple[str, Path, st
             rows.append((f"{runtime.title} fp32", out / runtime.graph, None))
         if runtime.int8_graph:
             what = runtime.int8_summary.split(':')[0].split(',')[0]
-            rows.append((f"{runtime.title} int8 ({what}{', ' + str(args.calibration_samples) + ' examples' if runtime.calibrated else ''})",
-                         out / runtime.int8_graph, None))
+            read = f", {args.calibration_samples} examples" if runtime.calibrated else ""
+            rows.append((f"{runtime.title} int8 ({what}{read})", out / runtime.int8_graph, None))
             for variant in args.int8_variant if runtime.calibrated else []:
                 samples, _, groups = variant.partition(":")
                 keep = tuple(g for g in groups.split(",") if g)
@@ -84,8 +85,9 @@ def export_all(args: argparse.Namespace, work: Path) -> list[tuple[str, Path, st
                 if not (work / name / runtime.int8_graph).is_file():
                     steps.export(args.model, work / name, format=runtime.name, quantize="int8", keep_fp32=keep or None,
                                  overwrite=True, **calibration(args, runtime, int(samples)))
-                rows.append((f"{runtime.title} int8 ({what}, {samples} examples"
-                             + (f", {', '.join(keep)} kept fp32" if keep else "") + ")", work / name / runtime.int8_graph, None))
+                kept = f", {', '.join(keep)} kept fp32" if keep else ""
+                rows.append((f"{runtime.title} int8 ({what}, {samples} examples{kept})", work / name / runtime.int8_graph,
+                             None))
     return rows
 
 
@@ -158,14 +160,15 @@ def main(argv: list[str] | None = None) -> int:
     reference = next((m for m in metrics if m), None)  # PyTorch fp32's: what each int8 path costs against
     metric = next(iter(reference["metrics"])) if reference else None
     accuracy_columns = f" {metric} ({reference['samples']} {reference['split']}) | vs fp32 |" if reference else ""
-    table = [f"| graph | file | CPU ms (median) | p25-p75 | wall ms (median) | vs PyTorch | vs ONNX Runtime int8 |{accuracy_columns}",
+    table = ["| graph | file | CPU ms (median) | p25-p75 | wall ms (median) | vs PyTorch | vs ONNX Runtime int8 |"
+             + accuracy_columns,
              "|---|---|---|---|---|---|---|" + ("---|---|" if reference else "")]
     for (name, graph, _), c, w, m, found in zip(rows, cpu, wall, medians, metrics):
         q = statistics.quantiles(c, n=4)
         score = ""
         if reference:
-            score = " - | - |" if found is None else \
-                (f" {100 * found['metrics'][metric]:.2f} | {100 * (found['metrics'][metric] - reference['metrics'][metric]):+.2f} |")
+            value, fp32 = (100 * found["metrics"][metric], 100 * reference["metrics"][metric]) if found else (0, 0)
+            score = " - | - |" if found is None else f" {value:.2f} | {value - fp32:+.2f} |"
         table.append(f"| {name} | `{graph.parent.name}/{graph.name}` | {m:.2f} | {q[0]:.2f}-{q[2]:.2f} | "
                      f"{statistics.median(w):.2f} | {pytorch / m:.2f}x | {ort_int8 / m:.2f}x |{score}")
     versions = [f"torch {torch.__version__}", f"transformers {transformers.__version__}"]

@@ -74,8 +74,8 @@ def latency(
     """The latency model of ``model``'s original geometry (a pruned model describes the model it was
     pruned from) in the deployment ``runtime`` x ``batch_size`` x ``seq_len`` x ``threads`` on this
     machine (``runtime="auto"``: the installed one that runs ``model`` fastest in that shape,
-    :func:`ghostify.steps.deployments.chosen_deployment`): from the cache when it was measured before (``refresh`` measures again), else
-    measured on probe models (``rounds`` timed passes each after ``warmup`` untimed ones, the
+    :func:`ghostify.steps.deployments.chosen_deployment`): from the cache when it was measured before
+    (``refresh`` measures again), else measured on probe models (``rounds`` timed passes each after ``warmup`` untimed ones, the
     models taking turns; medians of CPU time on one thread, of wall-clock time on more) and cached.
     ``output``: a directory to write its ``latency.json`` to. ``progress`` is called with a line for each phase.
 

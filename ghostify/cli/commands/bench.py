@@ -74,7 +74,9 @@ def _all_runtimes(models: list[str], batch_size: int, seq_len: int, threads: int
     clock = "CPU" if rows[0]["clock"] == "cpu" else "wall-clock"
     table = Table(title=f"{models[0]} in every installed runtime: batch {batch_size}, sequence {seq_len}, "
                         f"{threads} thread(s), {rounds} rounds; milliseconds per forward pass")
-    for column in ("deployment", "runtime", f"{clock} median", "wall median", "wall p25-p75", f"speed-up vs {rows[0]['deployment']}"):
+    columns = ("deployment", "runtime", f"{clock} median", "wall median", "wall p25-p75",
+               f"speed-up vs {rows[0]['deployment']}")
+    for column in columns:
         table.add_column(column, justify="left" if column in ("deployment", "runtime") else "right",
                          no_wrap=column == "deployment")
     for row in rows:
