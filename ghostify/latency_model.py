@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from .errors import GhostifyError
-from .runtimes import DEFAULT_DEPLOYMENT, deployment_names, target
+from .runtimes import AUTO, DEFAULT_DEPLOYMENT, deployment_names, target
 from .settings import BenchDefaults
 
-#: the deployments a latency model can describe: every runtime's graphs (``ghostify.runtimes``), the default first
-RUNTIMES = deployment_names()
+#: the ``--runtime`` choices of ``latency`` and ``compress``: every runtime's graphs (``ghostify.runtimes``), the default
+#: first, then ``auto`` (the fastest installed one, timed; a latency model describes the one it picked)
+RUNTIMES = (*deployment_names(), AUTO)
 #: the JSON layout of a latency model; a newer one is refused. Format 2 adds what each cost saves per residual
 #: channel removed (``per_channel``); a format-1 file predicts the full hidden size only
 LATENCY_FORMAT = 2
@@ -42,8 +43,12 @@ class Deployment:
     seq_len: int = BenchDefaults.seq_len
     threads: int = BenchDefaults.threads
 
-    def check(self) -> None:
-        target(self.runtime)  # one line for a name no runtime serves
+    def check(self, *, auto: bool = False) -> None:
+        """Refuse a bad value in one line; ``auto``: the runtime may be ``auto`` (a command that picks it by timing)."""
+        if auto and self.runtime not in RUNTIMES:  # one line for a name no runtime serves, auto among the choices
+            raise GhostifyError(f"unknown --runtime {self.runtime!r}; choose one of {', '.join(RUNTIMES)}")
+        if not (auto and self.runtime == AUTO):
+            target(self.runtime)
         for name, value in (("--batch-size", self.batch_size), ("--seq-len", self.seq_len), ("--threads", self.threads)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise GhostifyError(f"{name} {value!r} must be a whole number of at least 1")

@@ -92,6 +92,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 @pytest.fixture(autouse=True)
+def _compress_times_its_own_deployment_only(monkeypatch):
+    """compress ends by timing the dense model in every installed deployment, exporting it to each runtime (30-45 s
+    for a tiny model on this project's 2-core machines): the tests time the dense model in the deployment they ship
+    in only. tests/test_deployments.py times every deployment, and fakes the timings of compress's report."""
+    monkeypatch.setattr("ghostify.recipe.compress_timing.installed_deployments", lambda: ())
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)
     yield

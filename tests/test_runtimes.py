@@ -13,7 +13,7 @@ import pytest
 
 from ghostify import steps
 from ghostify.latency_model import RUNTIMES, Deployment, LatencyModel
-from ghostify.runtimes import DEFAULT_DEPLOYMENT, deployment_names, graph_of, graph_runtimes, runtimes, target
+from ghostify.runtimes import AUTO, DEFAULT_DEPLOYMENT, deployment_names, graph_of, graph_runtimes, runtimes, target
 from ghostify.testing import tiny_checkpoint, write_toy_dataset
 
 from .conftest import run_cli
@@ -33,7 +33,8 @@ def test_every_module_of_the_package_is_a_registered_runtime():
 
     modules = sorted(p.stem for p in Path(package.__file__).parent.glob("*.py") if p.stem not in ("__init__", "base"))
     assert sorted(r.name for r in runtimes()) == modules  # a runtime is named as its module
-    assert RUNTIMES == deployment_names() and RUNTIMES[0] == DEFAULT_DEPLOYMENT == Deployment().runtime
+    # the --runtime choices: every deployment, then auto (the fastest installed one, timed)
+    assert RUNTIMES == (*deployment_names(), AUTO) and RUNTIMES[0] == DEFAULT_DEPLOYMENT == Deployment().runtime
     for name in deployment_names():  # each name is one runtime's full-precision or int8 graph
         chosen = target(name)
         assert chosen.name == name and name in chosen.runtime.deployments

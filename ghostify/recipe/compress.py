@@ -51,7 +51,7 @@ from .compress_report import write_report as _write_report
 from .compress_settings import (RESCORED, TEACHER_STORE, CompressSettings, Step, Structure, closest, compress_recipe,
                                 data_mapping, stage_name,
                                 dense_model, prefix, shipped_model)
-from .compress_timing import DenseExports
+from .compress_timing import DenseExports, chosen_runtime
 from .compress_timing import measure as _measure
 from .plan import plan
 from .run import check_outputs
@@ -114,6 +114,7 @@ def compress(
         raise GhostifyError(f"output {out} exists and is a file; choose another -o")
     say = _Said(say)  # each stage's line once, however often the runner is re-entered for a prefix of the recipe
     settings, fine_tunes_teacher = _resolved(settings, out, say)
+    settings = chosen_runtime(settings, say)  # --runtime auto: the fastest installed deployment of the dense model
     _check_reachable(settings, say)  # before any stage runs or OUT is written
     if fine_tunes_teacher:
         say(f"{settings.model} has no trained head for task {settings.data.task}: a teacher is fine-tuned first")
@@ -177,7 +178,7 @@ class _Run:
         final = _measure(dense_model(stages, settings.model), shipped_model(stages, settings.deployment),
                          settings.deployment, settings.rounds,
                          shipped_is_export=target(settings.deployment.runtime).graph is not None,
-                         dense_exports=self.dense_exports)
+                         dense_exports=self.dense_exports, every_deployment=True)
         last = records[-1]
         report = _report(settings, stages, last["attempts"], final, last.get("choice"))
         report["compression_stages"] = [{"step": k, "target": r["target"], "allocated_for": r["allocated_for"],

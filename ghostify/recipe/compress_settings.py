@@ -109,7 +109,7 @@ class CompressSettings:
 
     def __post_init__(self) -> None:
         checked_speedup(self.speedup)
-        self.deployment.check()
+        self.deployment.check(auto=True)  # auto: compress picks the deployment by timing (compress_timing)
         self._budget_kind()  # refuses one that is neither a name, a time nor a budget file
         if isinstance(self.tolerance, bool) or not isinstance(self.tolerance, (int, float)) \
                 or not 0 < self.tolerance < 1:

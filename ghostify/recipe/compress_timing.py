@@ -1,26 +1,27 @@
 """``compress``'s clock: the dense and the compressed model taking turns in the target runtime (the checkpoint
-itself, or its ONNX graph), medians and spread of wall-clock and CPU time."""
+itself, or its graph), medians and spread of wall-clock and CPU time; at the end, the dense model in every installed
+deployment too (the speed-up over the fastest of them); and ``--runtime auto``'s choice of deployment."""
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..latency_model import Deployment
-from ..runtimes import INT8, target
+from ..runtimes import installed_deployments, target
 from ..settings import BenchDefaults, DataSettings
-from ..steps import bench, export
+from ..steps import bench
+from ..steps.deployments import chosen_deployment, dense_graphs, deployment_rows, fastest
+from ..steps.timed_graphs import timed_graph
+from .compress_settings import CompressSettings
 
 
 def graph_name(runtime: str) -> str:
     """The file of the graph the deployment ``runtime`` runs (``model_int8.onnx``, ``model.xml``)."""
     return str(target(runtime).graph)
-
-
-#: training examples a calibrated int8 quantisation (OpenVINO's) reads for a graph that is only timed: what is
-#: timed is which operations run in int8, not how well they are calibrated (the shipped graph reads the export's)
-TIMING_CALIBRATION = 32
 
 
 class DenseExports:
@@ -47,9 +48,11 @@ class DenseExports:
 
 def measure(dense: Path, compressed: Path, deployment: Deployment, rounds: int, *,
             shipped_is_export: bool = False, dense_exports: DenseExports | None = None,
-            data: DataSettings | None = None) -> dict[str, Any]:
+            data: DataSettings | None = None, every_deployment: bool = False) -> dict[str, Any]:
     """The dense and the compressed model taking turns in the target runtime: medians and spread
-    (``dense_exports``: where the dense model's export is kept between checks)."""
+    (``dense_exports``: where the dense model's export is kept between checks). ``every_deployment``: the dense
+    model in every other installed deployment takes turns with them too, and the result says which ran it fastest
+    and the speed-up over that (``fastest_dense``)."""
     with tempfile.TemporaryDirectory(prefix="ghostify-compress-") as tmp:
         data = data if data is not None else dense_exports.data if dense_exports is not None else None
         if dense_exports is not None:
@@ -58,8 +61,11 @@ def measure(dense: Path, compressed: Path, deployment: Deployment, rounds: int, 
             models = [in_runtime(dense, Path(tmp) / "dense", deployment, data)]
         models.append(compressed if shipped_is_export else
                       in_runtime(compressed, Path(tmp) / "compressed", deployment, data))
-        rows = bench(models, batch_size=deployment.batch_size, seq_len=deployment.seq_len, threads=deployment.threads,
-                     rounds=rounds, warmup=max(1, BenchDefaults.warmup))
+        others = [n for n in installed_deployments() if n != deployment.runtime] if every_deployment else []
+        graphs = dense_graphs(dense, Path(tmp) / "others", others, seq_len=deployment.seq_len, data=data)
+        rows = bench([*models, *(graphs[n] for n in others)], batch_size=deployment.batch_size,
+                     seq_len=deployment.seq_len, threads=deployment.threads, rounds=rounds,
+                     warmup=max(1, BenchDefaults.warmup))
     dense_ms, compressed_ms = rows[0]["median_ms"], rows[1]["median_ms"]
     result = {"clock": "wall", "dense_ms": dense_ms, "compressed_ms": compressed_ms, "measured": dense_ms / compressed_ms,
               # the speed-up from the quartiles: the range a busier or quieter moment of the machine gives
@@ -73,22 +79,33 @@ def measure(dense: Path, compressed: Path, deployment: Deployment, rounds: int, 
         dense_cpu, compressed_cpu = rows[0]["cpu_median_ms"], rows[1]["cpu_median_ms"]
         result |= {"clock": "cpu", "dense_ms": dense_cpu, "compressed_ms": compressed_cpu,
                    "measured": dense_cpu / compressed_cpu}
+    if every_deployment:
+        result |= over_fastest(deployment_rows([deployment.runtime, *others], [rows[0], *rows[2:]]),
+                               result["compressed_ms"])
     return result
+
+
+def over_fastest(dense_rows: list[dict[str, Any]], compressed_ms: float) -> dict[str, Any]:
+    """The dense model's row in each deployment (``dense_deployments``), and the fastest of them with the speed-up
+    of the compressed model (``compressed_ms``, in the same clock) over it."""
+    best = fastest(dense_rows)
+    return {"dense_deployments": dense_rows,
+            "fastest_dense": {"deployment": best["deployment"], "title": best["title"], "ms": best["ms"],
+                              "measured": best["ms"] / compressed_ms}}
+
+
+def chosen_runtime(settings: CompressSettings, say: Callable[[str], None]) -> CompressSettings:
+    """``settings`` with ``--runtime auto`` resolved: the installed deployment that runs the dense model fastest in
+    the deployment's shape (timed on a few of the task's examples, or read from this machine's cache)."""
+    deployment = chosen_deployment(settings.model, settings.deployment, data=settings.data, rounds=settings.rounds,
+                                   say=say)
+    return settings if deployment == settings.deployment else dataclasses.replace(settings, deployment=deployment)
 
 
 def in_runtime(model: Path, directory: Path, deployment: Deployment, data: DataSettings | None = None) -> str:
     """``model`` as the target runtime runs it: the checkpoint itself, or its graph (a calibrated int8 one on a
     few of ``data``'s training examples)."""
-    chosen = target(deployment.runtime)
-    if chosen.graph is None:
-        return str(model)
-    calibration: dict[str, Any] = {}
-    if chosen.int8 and chosen.runtime.calibrated and data is not None:
-        calibration = {"task": data.task, "dataset": data.dataset, "text_columns": data.text_columns,
-                       "label_column": data.label_column, "max_length": data.max_length,
-                       "calibration_samples": TIMING_CALIBRATION}
-    export(model, directory, format=chosen.runtime.name, quantize=INT8 if chosen.int8 else None, **calibration)
-    return str(directory / chosen.graph)
+    return timed_graph(model, directory, target(deployment.runtime), seq_len=deployment.seq_len, data=data)
 
 
-__all__ = ["DenseExports", "graph_name", "in_runtime", "measure"]
+__all__ = ["DenseExports", "chosen_runtime", "graph_name", "in_runtime", "measure", "over_fastest"]

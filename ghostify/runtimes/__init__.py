@@ -19,6 +19,9 @@ from .base import INT8, Runtime, Session, Target, Usage, feeds_for, first_line
 
 #: the deployment ``latency``, ``prune --speedup`` and ``compress`` target unless told otherwise
 DEFAULT_DEPLOYMENT = "onnx-int8"
+#: ``--runtime auto`` (``latency``, ``compress``): the fastest installed deployment of the dense model, timed for the
+#: deployment's shape on this machine (``ghostify.steps.deployments``); never a deployment itself
+AUTO = "auto"
 
 
 def _shipped() -> tuple[Runtime, ...]:
@@ -62,6 +65,12 @@ def deployment_names() -> tuple[str, ...]:
     return (DEFAULT_DEPLOYMENT, *(n for n in names if n != DEFAULT_DEPLOYMENT))
 
 
+def installed_deployments() -> tuple[str, ...]:
+    """The deployments whose runtime is installed here, its export included (``bench --all-runtimes``, ``--runtime
+    auto``), in :func:`deployment_names`' order."""
+    return tuple(n for n in deployment_names() if not target(n).runtime.missing(export=True))
+
+
 def target(name: str) -> Target:
     """The deployment ``--runtime NAME`` names (``onnx-int8``: ONNX Runtime's int8 graph), refused in one line
     when no runtime serves it."""
@@ -93,5 +102,6 @@ def graph_suffixes() -> tuple[str, ...]:
     return tuple(r.suffix for r in graph_runtimes())
 
 
-__all__ = ["DEFAULT_DEPLOYMENT", "INT8", "Runtime", "Session", "Target", "Usage", "deployment_names", "feeds_for",
-           "first_line", "graph_of", "graph_runtimes", "graph_suffixes", "runtime", "runtimes", "target"]
+__all__ = ["AUTO", "DEFAULT_DEPLOYMENT", "INT8", "Runtime", "Session", "Target", "Usage", "deployment_names", "feeds_for",
+           "first_line", "graph_of", "graph_runtimes", "graph_suffixes", "installed_deployments", "runtime", "runtimes",
+           "target"]

@@ -129,6 +129,11 @@ class Target:
         return f"{self.runtime.name} ({INT8})" if self.int8 else self.runtime.name
 
     @property
+    def title(self) -> str:
+        """How a sentence names it: ``ONNX Runtime int8``, ``OpenVINO``, ``PyTorch``."""
+        return f"{self.runtime.title} {INT8}" if self.int8 else self.runtime.title
+
+    @property
     def graph(self) -> str | None:
         """The file an export writes for it (None: the checkpoint runs)."""
         return self.runtime.int8_graph if self.int8 else self.runtime.graph

@@ -141,6 +141,15 @@ def take_turns(runs: Sequence[Callable[[], Any]], *, rounds: int, warmup: int) -
     return wall, cpu
 
 
+def check_counts(**counts: int) -> None:
+    """Refuse a count of ``bench``'s (``batch_size=``, ``rounds=``, ...) that is not a whole number of at least 1
+    (``warmup``: 0), in one line naming its flag."""
+    for key, value in counts.items():
+        least = 0 if key == "warmup" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise GhostifyError(f"--{key.replace('_', '-')} {value!r} must be a whole number of at least {least}")
+
+
 def bench(
     models: Sequence[str | os.PathLike],
     *,
@@ -161,11 +170,7 @@ def bench(
     Example:
         >>> bench(["out/dense", "out/pruned", "out/onnx/model_int8.onnx"], threads=1)  # doctest: +SKIP
     """
-    for name, value in (("--batch-size", batch_size), ("--seq-len", seq_len), ("--threads", threads),
-                        ("--rounds", rounds), ("--warmup", warmup)):
-        least = 0 if name == "--warmup" else 1
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise GhostifyError(f"{name} {value!r} must be a whole number of at least {least}")
+    check_counts(batch_size=batch_size, seq_len=seq_len, threads=threads, rounds=rounds, warmup=warmup)
     if not models:
         raise GhostifyError("name at least one model to measure")
     configs = [_config(m) for m in models]

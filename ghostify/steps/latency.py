@@ -10,12 +10,10 @@ measure once.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import json
 import os
-import platform
 import statistics
 import tempfile
 import warnings
@@ -27,23 +25,21 @@ from typing import Any
 import torch
 
 from ..architectures import get_adapter
-from ..checkpoint import _auto_class, load_config, load_model, read_record, save_checkpoint
+from ..checkpoint import _auto_class, load_config, read_record, save_checkpoint
 from ..errors import GhostifyError
-from ..export.onnx import example_batch, input_names, write_graph
-from ..files import atomic_directory, check_output_dir, held_lock, write_text_atomically
+from ..files import atomic_directory, check_output_dir
 from ..flatten import checks_arguments
 from ..latency_model import LATENCY_FILE, ChannelCosts, Deployment, Geometry, LatencyModel
 from ..methods import channel_origin
 from ..methods.hidden import cut_hidden, refusal
 from ..methods.pruning import dense_record, model_geometry, prune_model
 from ..record import RECORD_KEY, GhostifyRecord
-from ..runtimes import INT8, Target, target
+from ..runtimes import AUTO, Target, target
 from ..settings import BenchDefaults, LatencyDefaults
 from .bench import check_memory, check_positions, guarded, module_runner, runner_for, take_turns
-
-#: the environment variable naming ghostify's cache directory (else ``$XDG_CACHE_HOME/ghostify``, else
-#: ``~/.cache/ghostify``)
-CACHE_ENV = "GHOSTIFY_CACHE"
+from .deployments import chosen_deployment
+from .machine_cache import CACHE_ENV, cache_dir, lock_file, machine_key, measuring, store
+from .timed_graphs import timed_graph
 
 
 @dataclass(frozen=True)
@@ -78,8 +74,9 @@ def latency(
 ) -> LatencyModel:
     """The latency model of ``model``'s original geometry (a pruned model describes the model it was
     pruned from) in the deployment ``runtime`` x ``batch_size`` x ``seq_len`` x ``threads`` on this
-    machine: from the cache when it was measured before (``refresh`` measures again), else
-    measured on probe models (``rounds`` timed passes each after ``warmup`` untimed ones, the
+    machine (``runtime="auto"``: the installed one that runs ``model`` fastest in that shape,
+    :func:`ghostify.steps.deployments.chosen_deployment`): from the cache when it was measured before
+    (``refresh`` measures again), else measured on probe models (``rounds`` timed passes each after ``warmup`` untimed ones, the
     models taking turns; medians of CPU time on one thread, of wall-clock time on more) and cached.
     ``output``: a directory to write its ``latency.json`` to. ``progress`` is called with a line for each phase.
 
@@ -91,15 +88,18 @@ def latency(
     check_arguments(runtime=runtime, batch_size=batch_size, seq_len=seq_len, threads=threads, rounds=rounds,
                     warmup=warmup, seed=seed)
     deployment = Deployment(runtime=runtime, batch_size=batch_size, seq_len=seq_len, threads=threads)
-    target(runtime).runtime.require(export=True)  # one line naming the extra, before anything is read
+    if runtime != AUTO:
+        target(runtime).runtime.require(export=True)  # one line naming the extra, before anything is read
     out = check_output_dir(output, overwrite=overwrite, inputs=(model,)) if output is not None else None
     config = load_config(model)
     geometry = original_geometry(config)
     check_positions(model, config, seq_len)
     check_memory(model, config, batch_size, seq_len)
-    machine = machine_key(runtime)
+    # --runtime auto: the deployment that runs this model fastest here (timed once, then cached)
+    deployment = chosen_deployment(model, deployment, rounds=rounds, warmup=warmup, say=say)
+    machine = machine_key(deployment.runtime)
     path = cache_file(geometry, deployment, machine)
-    with _measuring(path, say):  # one process measures a key at a time; the others then read its result
+    with measuring(path, say):  # one process measures a key at a time; the others then read its result
         result = None if refresh else cached(geometry, deployment, machine)
         narrower = hidden_widths(config, geometry)
         if result is not None and narrower and result.format < 2:  # an older ghostify's: the full hidden size only
@@ -111,7 +111,7 @@ def latency(
         else:
             result = measure(probe_config(config), geometry, deployment, machine, rounds=rounds, warmup=warmup,
                              seed=seed, say=say)
-            if _store(path, result):
+            if store(path, result.to_dict()):
                 say(f"cached as {path}")
     if out is not None:
         with atomic_directory(out, overwrite=overwrite) as tmp:
@@ -127,13 +127,14 @@ def check_arguments(*, runtime: str = Deployment.runtime, batch_size: int = Depl
                     rounds: int = BenchDefaults.rounds, warmup: int = BenchDefaults.warmup,
                     seed: int = LatencyDefaults.seed, **_: object) -> None:
     """What :func:`latency` refuses of its arguments before reading anything."""
-    Deployment(runtime=runtime, batch_size=batch_size, seq_len=seq_len, threads=threads).check()
+    Deployment(runtime=runtime, batch_size=batch_size, seq_len=seq_len, threads=threads).check(auto=True)
     for name, value, least in (("--rounds", rounds, 1), ("--warmup", warmup, 0), ("--seed", seed, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise GhostifyError(f"{name} {value!r} must be a whole number of at least {least}")
 
 
 checks_arguments(latency, check_arguments)
+
 
 def original_geometry(config: Any) -> Geometry:
     """The geometry of the model ``config`` was made from: pruning keeps the original head and FFN
@@ -288,27 +289,14 @@ def _prepared(config: Any, shape: Shape, deployment: Deployment, seed: int, scra
     return lambda: guarded(shape.name, batch, length, run)
 
 
-#: input batches a calibrated int8 quantisation of a probe reads: random ids (the probes' weights are random too;
-#: what is timed is which operations run in int8, not how well they are calibrated)
-PROBE_CALIBRATION = 8
-
-
 def _exported(net: torch.nn.Module, record: GhostifyRecord, chosen: Target, scratch: Path, *,
               calibration_length: int) -> Path:
-    """``net`` (loaded back from its checkpoint, as ``export`` reads a model) written as ``chosen``'s graph in
-    ``scratch``; the path of the graph that runs."""
-    checkpoint, graphs = scratch / "checkpoint", scratch / "graphs"
+    """``net`` (saved as a checkpoint and read back by the export, as ``export`` reads a model) written as
+    ``chosen``'s graph in ``scratch``, a calibrated int8 one on random ids (the probes' weights are random too);
+    the path of the graph that runs."""
+    checkpoint = scratch / "checkpoint"
     save_checkpoint(net, checkpoint, record)
-    model = load_model(checkpoint)
-    graphs.mkdir()
-    names = input_names(model)
-    calibration = [{k: v.numpy() for k, v in example_batch(model.config, names, 1, calibration_length, seed=i,
-                                                             padded=False).items()}
-                   for i in range(PROBE_CALIBRATION)] if chosen.int8 and chosen.runtime.calibrated else []
-    write_graph(model, graphs, chosen.runtime, pooling=None, quantize=INT8 if chosen.int8 else None,
-                calibration=calibration)
-    load_config(checkpoint).save_pretrained(graphs)  # what bench reads of a graph: its vocabulary, its token types
-    return graphs / chosen.graph
+    return Path(timed_graph(checkpoint, scratch / "graphs", chosen, seq_len=calibration_length))
 
 
 # ---- the fit -------------------------------------------------------------------------------------
@@ -345,47 +333,12 @@ def fit_costs(rows: Sequence[Mapping[str, Any]],
 
 # ---- the cache -----------------------------------------------------------------------------------
 
-def cache_dir() -> Path:
-    """ghostify's cache directory: ``$GHOSTIFY_CACHE``, else ``$XDG_CACHE_HOME/ghostify``, else
-    ``~/.cache/ghostify``."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "ghostify"
-    return Path.home() / ".cache" / "ghostify"
-
-
-def machine_key(runtime: str) -> str:
-    """This machine as far as a latency model goes: the CPU, how many, and the versions of what runs the
-    deployment ``runtime`` (its runtime's version string: a new version is measured again)."""
-    cpu = _cpu_model() or platform.processor() or platform.machine() or "unknown CPU"
-    # eager PyTorch, or the exporter that wrote the graph, and the runtime's own
-    versions = dict.fromkeys([f"torch {torch.__version__}", *target(runtime).versions()])
-    return f"{cpu} x {os.cpu_count()}; " + ", ".join(versions)
-
-
-def _cpu_model() -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
 def cache_file(geometry: Geometry, deployment: Deployment, machine: str) -> Path:
     """Where the latency model of ``geometry`` in ``deployment`` on ``machine`` is cached."""
     key = json.dumps({"geometry": asdict(geometry), "deployment": asdict(deployment), "machine": machine},
                      sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:20]
     return cache_dir() / "latency" / f"{geometry.family.replace('/', '-')}-{digest}.json"
-
-
-def lock_file(path: Path) -> Path:
-    """The lock held while the cache entry ``path`` is measured (beside the entries, so they stay a list of
-    latency models)."""
-    return cache_dir() / "locks" / f"{path.stem}.lock"
 
 
 def cached(geometry: Geometry, deployment: Deployment, machine: str) -> LatencyModel | None:
@@ -406,37 +359,5 @@ def cached(geometry: Geometry, deployment: Deployment, machine: str) -> LatencyM
     return found
 
 
-@contextlib.contextmanager
-def _measuring(path: Path, say: Callable[[str], None]):
-    """Hold the measuring lock of the cache entry ``path`` (``flock`` on ``<cache>/locks/<entry>.lock``,
-    released by the OS however the holder ends): two runs measuring this machine at once would each time the
-    other's load into their models, and measure twice what one can measure once. A cache where no lock file
-    can be made is used unlocked."""
-    lock = lock_file(path)
-    with contextlib.ExitStack() as stack:
-        try:
-            lock.parent.mkdir(parents=True, exist_ok=True)
-            stack.enter_context(held_lock(lock, lambda: say(f"another process is measuring this latency model "
-                                                            f"({lock}): waiting for its result")))
-        except OSError:  # a read-only cache: measuring still works, storing says why it did not
-            pass
-        yield
-
-
-def _store(path: Path, result: LatencyModel) -> bool:
-    """Cache ``result`` at ``path``; True when it is. The cache only saves time: a directory in the way, a
-    read-only or full disk is one warning, never the loss of what was measured (the caller still has it)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(path, json.dumps(result.to_dict(), indent=2) + "\n")
-    except OSError as exc:
-        reason = exc.strerror or str(exc) or type(exc).__name__
-        fix = f"remove the directory {path}" if path.is_dir() else f"set {CACHE_ENV} to a writable directory"
-        warnings.warn(f"the latency model was not cached at {path} ({reason}); it is measured again next time: "
-                      f"{fix} to keep it", stacklevel=3)
-        return False
-    return True
-
-
 __all__ = ["CACHE_ENV", "cache_dir", "cache_file", "cached", "features", "fit_costs", "hidden_widths", "latency",
-           "machine_key", "original_geometry", "probe_shapes", "validation_shapes"]
+           "lock_file", "machine_key", "measuring", "original_geometry", "probe_shapes", "store", "validation_shapes"]

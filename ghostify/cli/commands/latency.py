@@ -21,7 +21,7 @@ from ..options import Json, Model, Overwrite, Seed
 def latency(
     model: Model,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Directory to write latency.json to (must not exist unless --overwrite); the model is cached either way.", show_default=False)] = None,
-    runtime: Annotated[str, typer.Option("--runtime", help=f"What runs the model: {', '.join(RUNTIMES)}.")] = Deployment.runtime,
+    runtime: Annotated[str, typer.Option("--runtime", help=f"What runs the model: {', '.join(RUNTIMES)} (auto: the installed one that runs MODEL fastest in this shape, timed here and said).")] = Deployment.runtime,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per forward pass.")] = Deployment.batch_size,
     seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence (no padding).")] = Deployment.seq_len,
     threads: Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch and the graph runtimes.")] = Deployment.threads,
