@@ -125,6 +125,23 @@ def test_bytes_written_after_the_last_flush_are_dropped_on_reopening(tmp_path):
     assert reopened.holds(1, fields) and not reopened.holds(2, fields)
 
 
+def test_a_run_killed_before_its_first_flush_leaves_a_store_that_opens_and_fills(tmp_path):
+    # seen on a resumed compress: the field's file held 20 MB, no index named it, and the next write refused
+    store = TeacherStore(tmp_path, "t", cap_bytes=1 << 20).open(tmp_path)
+    fields = [Field("output.logits", False)]
+    mask = torch.ones(1, 2, dtype=torch.long)
+    store.fetch(torch.tensor([1]), mask, fields, lambda rows: {"output.logits": torch.ones(1, 2)})
+    store._writer("output.logits").flush()
+    directory = store.directory
+    store._lock.__exit__(None, None, None)  # a crash before any flush: no index at all
+    assert not (directory / "index.npz").exists() and (directory / "output.logits.bin").stat().st_size == 4
+    reopened = TeacherStore(tmp_path, "t", cap_bytes=1 << 20).open(tmp_path)
+    got = reopened.fetch(torch.tensor([1]), mask, fields, lambda rows: {"output.logits": torch.full((1, 2), 3.0)})
+    assert torch.equal(got["output.logits"], torch.full((1, 2), 3.0)) and reopened.holds(1, fields)
+    reopened.close()
+    assert (directory / "output.logits.bin").stat().st_size == 4
+
+
 def test_a_damaged_index_is_one_line(tmp_path):
     store = TeacherStore(tmp_path, "t", cap_bytes=1 << 20).open(tmp_path)
     directory = store.directory

@@ -146,10 +146,12 @@ class TeacherStore:
         self.directory = directory
         (directory / "teacher.json").write_text(json.dumps({"teacher": self.teacher, "format": FORMAT}))
         self.columns = _read_index(directory / INDEX)
-        for name, column in self.columns.items():  # bytes appended after the last flush are not indexed: cut
-            path = self._data(name)
-            if path.exists() and path.stat().st_size > column.length:
-                os.truncate(path, column.length)
+        # bytes appended after the last flush are not indexed: cut (a field first written after it, or a run
+        # killed before its first flush, has no index entry: all its bytes go)
+        for path in directory.glob("*.bin"):
+            indexed = self.columns[path.stem].length if path.stem in self.columns else 0
+            if path.stat().st_size > indexed:
+                os.truncate(path, indexed)
         return self
 
     def close(self) -> None:
