@@ -37,9 +37,21 @@ FULL_RUN_MARKERS = ("real", "launch", "slow")
 EVERYDAY_FAMILIES = ("bert", "deberta-v2", "mpnet", "modernbert", "eurobert")
 
 
-def family_params(families) -> list:
-    """``families`` as parameters, those outside EVERYDAY_FAMILIES marked ``slow`` (the full run's)."""
-    return [pytest.param(f, marks=() if f in EVERYDAY_FAMILIES else pytest.mark.slow) for f in families]
+#: the families whose whole method chains (tasks, the GhostBERT chain twice, the ONNX export of every method) run
+#: every day: BERT's attention code and ModernBERT's (rotary, fused Q/K/V, gated FFN); each family's adapter facts
+#: are tested every day by the cheap per-family tests (gates, pruning, ghosts, grouped layers, references)
+CHAIN_FAMILIES = ("bert", "modernbert")
+
+
+def family_params(families, every_day=EVERYDAY_FAMILIES) -> list:
+    """``families`` as parameters, those outside ``every_day`` marked ``slow`` (the full run's)."""
+    return every_day_params(families, every_day)
+
+
+def every_day_params(values, every_day) -> list:
+    """``values`` as parameters, those outside ``every_day`` marked ``slow``: the everyday run keeps one case of
+    each kind, the full run (``--all``) all of them."""
+    return [pytest.param(v, marks=() if v in every_day else pytest.mark.slow) for v in values]
 
 
 def pytest_addoption(parser):

@@ -18,7 +18,7 @@ from ghostify.methods.pruning import gated, prune_model
 from ghostify.methods.pruning.apply import dense_record
 from ghostify.testing import FFN, HEADS, HIDDEN, tiny_batch, tiny_checkpoint, tiny_model, write_toy_dataset
 
-from .conftest import NEW_FAMILIES, REPO, family_params, run_cli
+from .conftest import CHAIN_FAMILIES, NEW_FAMILIES, REPO, family_params, run_cli
 
 HEAD = HIDDEN // HEADS
 TOY = {"text_columns": ("sentence",), "label_column": "label"}
@@ -134,7 +134,7 @@ def _cli(capsys, *args) -> str:
     return out
 
 
-@pytest.mark.parametrize("family", family_params(NEW_FAMILIES))
+@pytest.mark.parametrize("family", family_params(NEW_FAMILIES, CHAIN_FAMILIES))
 def test_every_command_works_on_the_family(family, toy, tmp_path, capsys):
     root = tmp_path
     tiny_checkpoint(root / "m", family)
@@ -164,7 +164,7 @@ def test_every_command_works_on_the_family(family, toy, tmp_path, capsys):
         assert code == 0, err
 
 
-@pytest.mark.parametrize("family", family_params(NEW_FAMILIES))
+@pytest.mark.parametrize("family", family_params(NEW_FAMILIES, CHAIN_FAMILIES))
 def test_the_quickstart_recipe_runs_on_the_family(family, toy, tmp_path):
     tiny_checkpoint(tmp_path / "model", family)
     overrides = [f"model={tmp_path / 'model'}", f"data.dataset={toy}", "data.task=null", "data.text_columns=[sentence]",
@@ -204,6 +204,7 @@ def test_a_resumed_distill_equals_an_uninterrupted_one(family, toy, tmp_path):
     assert all(torch.equal(whole[k], resumed[k]) for k in whole)
 
 
+@pytest.mark.slow  # a base-sized model (149M parameters) built twice: 38 s
 def test_modernbert_base_sizes_match_the_hand_count(tmp_path, capsys):
     """ModernBertConfig() (22 layers, hidden 768, 12 heads of 64, FFN 1152, no biases) at seq 128:
     per layer 2·n·(d·3d + d·d + d·2f + f·d) for the projections plus 2·2·n²·d for QKᵀ and PV."""

@@ -203,6 +203,7 @@ def _training_log(directory: Path) -> list[dict]:
     return [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # many kills, a minute; every day: the recipe, staged compress and distill resume tests
 def test_killed_at_random_moments_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
     torch.set_num_threads(1)
     data = write_toy_dataset(tmp_path / "toy", train=128, validation=32)

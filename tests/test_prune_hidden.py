@@ -33,7 +33,7 @@ from ghostify.testing import (FAMILIES, ships_head, tiny_batch, tiny_checkpoint,
                               write_toy_dataset)
 from ghostify.training.objectives import DistillObjective
 
-from .conftest import run_cli
+from .conftest import every_day_params, run_cli
 from .test_bad_input import _check_refused, _fill, world  # noqa: F401
 
 TOY = {"text_columns": ("sentence",), "label_column": "label"}
@@ -443,7 +443,7 @@ def test_hf_export_of_every_family_loads_without_ghostify(tmp_path):
     assert all(value <= 1e-5 for value in worst.values()), worst
 
 
-@pytest.mark.parametrize("family", ["bert", "modernbert"])
+@pytest.mark.parametrize("family", every_day_params(["bert", "modernbert"], ["bert"]))
 def test_export_command_checks_hf_and_onnx_fp32_and_int8_parity(family, tmp_path):
     pytest.importorskip("onnxruntime")
     tiny_checkpoint(tmp_path / "m", family)

@@ -313,6 +313,7 @@ def test_recipe_runs_under_a_sharded_config(engine, inputs, tmp_path):
 
 
 # ---- refusals under a launch: one line, once --------------------------------------------------------
+@pytest.mark.launch
 @pytest.mark.parametrize("case", ["fsdp1-config", "data-parallel-unknown-column"])
 def test_a_refusal_under_a_launch_is_one_line_from_the_main_process(case, inputs, tmp_path):
     """Issue 48: an FSDP1 config under GHOSTIFY_SHARDED_CPU=1 was Accelerate's `unexpected RuntimeError: There are

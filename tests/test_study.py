@@ -48,6 +48,7 @@ def test_grid_arms(study):
     assert next(a for a in arms if a.key == "ghost-init-center@3/12").ghost == {"init": "center"}
 
 
+@pytest.mark.slow  # a benchmark harness (benchmarks/study.py), not a command: the full suite runs its tests
 def test_a_tiny_study_runs_resumes_and_keeps_one_budget(study, glue, tmp_path, capsys):
     model = tiny_checkpoint(tmp_path / "tiny")
     results, work = tmp_path / "results", tmp_path / "work"
@@ -91,6 +92,7 @@ def test_a_tiny_study_runs_resumes_and_keeps_one_budget(study, glue, tmp_path, c
     assert "holds checkpoints of another budget" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_an_interrupted_arm_goes_on_from_its_last_complete_stage(study, glue, tmp_path):
     model = tiny_checkpoint(tmp_path / "tiny")
     results, work = tmp_path / "results", tmp_path / "work"
@@ -112,6 +114,7 @@ def test_an_interrupted_arm_goes_on_from_its_last_complete_stage(study, glue, tm
     assert again["metrics"] == ghost["metrics"] and again["kernel_drift"] == ghost["kernel_drift"]
 
 
+@pytest.mark.slow
 def test_rows_from_another_teacher_are_not_paired_with_new_arms(study, glue, tmp_path, capsys):
     model = tiny_checkpoint(tmp_path / "tiny")
     results, work = tmp_path / "results", tmp_path / "work"
@@ -312,6 +315,7 @@ def test_the_cpu_budget_record_is_unchanged(study):
     assert study.budget_record(study.PROTOCOLS["medium"]["budget"])["task_samples"] == {"sst2": 8000}
 
 
+@pytest.mark.slow  # the medium protocol on tiny data: 94 s; every day the tiny study runs and resumes
 def test_a_tiny_medium_study_records_the_ghost_rate_and_the_drift(study, glue, tmp_path):
     model = tiny_checkpoint(tmp_path / "tiny")
     results, work = tmp_path / "results", tmp_path / "work"

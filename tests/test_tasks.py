@@ -24,7 +24,7 @@ from ghostify.testing import (
     write_toy_squad_dataset,
 )
 
-from .conftest import ALL_FAMILIES, family_params, run_cli
+from .conftest import ALL_FAMILIES, CHAIN_FAMILIES, family_params, run_cli
 
 NER = {"tokens_column": "tokens", "tags_column": "ner_tags", "max_length": 32}
 QA = {"question_column": "question", "max_length": 32, "doc_stride": 8}
@@ -56,7 +56,7 @@ def _chain(family: str, root: Path, tmp: Path, **task) -> dict:
     return {"before": before, "after": after}
 
 
-@pytest.mark.parametrize("family", family_params(ALL_FAMILIES))
+@pytest.mark.parametrize("family", family_params(ALL_FAMILIES, CHAIN_FAMILIES))
 def test_token_classification_chain(family, data, tmp_path):
     result = _chain(family, data, tmp_path, dataset=str(data / "ner"), **NER)
     for stage in result.values():
@@ -65,7 +65,7 @@ def test_token_classification_chain(family, data, tmp_path):
     assert load_model(tmp_path / "student").config.id2label[1] == "B-THING"  # the tag names travel
 
 
-@pytest.mark.parametrize("family", family_params(ALL_FAMILIES))
+@pytest.mark.parametrize("family", family_params(ALL_FAMILIES, CHAIN_FAMILIES))
 def test_question_answering_chain(family, data, tmp_path, capsys):
     task = dict(dataset=str(data / "squad"), **QA)
     if not ships_head(family, "question-answering"):  # EuroBERT, GTE, NomicBERT
@@ -81,7 +81,7 @@ def test_question_answering_chain(family, data, tmp_path, capsys):
         assert 0 <= metrics["exact_match"] <= metrics["f1"] <= 100
 
 
-@pytest.mark.parametrize("family", family_params(ALL_FAMILIES))
+@pytest.mark.parametrize("family", family_params(ALL_FAMILIES, CHAIN_FAMILIES))
 def test_embeddings_chain(family, data, tmp_path):
     tiny_sentence_transformer(tmp_path / "st", family)
     sentences = dict(task="embeddings", dataset=str(data / "sentences.txt"), text_columns=("text",), max_length=32)
