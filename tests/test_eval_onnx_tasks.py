@@ -1,5 +1,5 @@
-"""`ghostify eval` on an ONNX export of a token classifier or an extractive-QA model: the same metrics as
-the checkpoint it was exported from (fp32), and one line for a graph whose head is not the task's."""
+"""`ghostify eval` on an ONNX export of a token classifier, an extractive-QA model or a sentence-embedding model: the
+same metrics as the checkpoint it was exported from (fp32), and one line for a graph whose head is not the task's."""
 
 from __future__ import annotations
 
@@ -7,7 +7,13 @@ import pytest
 
 from ghostify import steps
 from ghostify.errors import GhostifyError
-from ghostify.testing import tiny_checkpoint, write_toy_ner_dataset, write_toy_squad_dataset
+from ghostify.testing import (
+    tiny_checkpoint,
+    tiny_sentence_transformer,
+    write_toy_ner_dataset,
+    write_toy_pairs,
+    write_toy_squad_dataset,
+)
 
 pytest.importorskip("onnxruntime")
 
@@ -31,6 +37,21 @@ def test_onnx_export_evaluates_like_its_checkpoint(tmp_path, kind):
         scores[name] = steps.evaluate(path, dataset=str(data), max_length=32, **settings)["metrics"]
     assert metric in scores["pytorch"] and scores["int8"].keys() == scores["pytorch"].keys()
     assert scores["onnx"] == pytest.approx(scores["pytorch"], abs=1e-6)  # fp32: the same predictions
+
+
+def test_onnx_export_of_a_sentence_embedding_model_evaluates_like_its_checkpoint(tmp_path):
+    """What compress --task embeddings ships (an int8 graph) is scored as the checkpoint is: its token states pooled
+    as the sentence-transformers model pools them (it stopped compress's last stage with a refusal)."""
+    model = tiny_sentence_transformer(tmp_path / "st")
+    pairs = write_toy_pairs(tmp_path / "pairs", train=8, validation=24)
+    steps.export(model, tmp_path / "onnx", format="onnx", quantize="int8")
+    settings = {"dataset": str(pairs), "task": "embeddings", "text_columns": ["sentence1", "sentence2"],
+                "label_column": "label", "max_length": 32}
+    scores = {name: steps.evaluate(path, **settings)["metrics"] for name, path in
+              {"pytorch": model, "onnx": tmp_path / "onnx" / "model.onnx",
+               "int8": tmp_path / "onnx" / "model_int8.onnx"}.items()}
+    assert "spearman" in scores["pytorch"] and scores["int8"].keys() == scores["pytorch"].keys()
+    assert scores["onnx"] == pytest.approx(scores["pytorch"], abs=1e-4)  # fp32: the same cosines, up to rounding
 
 
 def test_onnx_export_of_another_head_is_refused(tmp_path):

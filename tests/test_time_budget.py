@@ -62,3 +62,43 @@ def test_a_plan_reads_back_what_it_wrote_and_refuses_anything_else():
                 {"distill": [{"max_samples": 5, "epochs": True}], "finetune": {"max_samples": None, "epochs": 1}}):
         with pytest.raises(GhostifyError, match="budget.json"):
             TrainingPlan.from_json(bad, "budget.json")
+
+
+def test_a_later_stage_whose_time_is_spent_trains_the_fewest_steps_and_says_so():
+    """Seen at 3x on STS-B with --budget 15m: the second stage's re-scoring and tuning took the time its distillation
+    was planned to have, and the run stopped with a refusal after 15 minutes. A later stage now finishes the run
+    with the fewest steps worth running (8 of 32), saying the budget is overrun; only the first stage refuses."""
+    from ghostify.recipe.compress import _Clock
+
+    sizes = {"texts": 1000, "labelled": 500, "validation": 50}
+    clock = _Clock(60.0)
+    clock.begin()
+    clock.start -= 100  # 100 s spent of 60
+    said: list[str] = []
+    result = clock.plan_stage(2, 2, RATES, sizes, last=True, finetunes=True, say=said.append)
+    assert result["counts"] == {"max_samples": 256, "epochs": 1}
+    assert result["finetune"] == {"max_samples": 256, "epochs": 1}
+    assert sum("fewest steps worth running" in line for line in said) == 2  # the distillation and the fine-tune
+    first = _Clock(60.0)
+    first.begin()
+    first.start -= 100
+    with pytest.raises(GhostifyError, match="too little to take 8 steps"):
+        first.plan_stage(1, 2, RATES, sizes, last=False, finetunes=True, say=said.append)
+
+
+def test_the_first_stage_reserves_its_own_overhead_for_each_later_stage():
+    """A later stage re-scores, allocates and tunes again: the first stage plans as if each took as long as its own
+    allocation so far (it had reserved nothing, its own not yet recorded)."""
+    from ghostify.recipe.compress import _Clock
+
+    sizes = {"texts": 100_000, "labelled": 500, "validation": 0}
+    plans = []
+    for spent in (0.0, 300.0):
+        clock = _Clock(1000.0)
+        clock.begin()
+        clock.stage_started = clock.start - spent
+        clock.start -= spent
+        plans.append(clock.plan_stage(1, 2, RATES, sizes, last=False, finetunes=True, say=lambda line: None))
+    # 1000 s, nothing spent: (1000 - 250 for the fine-tune) / 2 = 375 s of distillation at 0.03 s per new text; 300 s
+    # spent, 300 s reserved for stage 2 and 150 for the end: (250 - 62.5) / 2 = 93.75 s
+    assert [round(p["counts"]["max_samples"], -1) for p in plans] == [12_500, 3_120]

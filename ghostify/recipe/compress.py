@@ -57,7 +57,15 @@ from .plan import plan
 from .run import check_outputs
 from .run import run as run_recipe
 from .schema import Recipe
-from .time_budget import FINETUNE_SHARE, StageCounts, Throughput, check_counts, distill_counts, finetune_counts
+from .time_budget import (
+    FINETUNE_SHARE,
+    StageCounts,
+    Throughput,
+    check_counts,
+    distill_counts,
+    fewest,
+    finetune_counts,
+)
 
 #: the recipe's run directory inside OUT
 STAGES = "stages"
@@ -214,7 +222,7 @@ class _Run:
                      f"the allocation of the earlier run ({saved.allocated_for:.2f}x predicted, measured "
                      f"{saved.kept().measured:.2f}x) is kept: {self.out / name}")
         else:
-            started = time.monotonic()
+            started = self.clock.stage_started = time.monotonic()
             structure, allocated, allocation, attempts, choice = _allocate(self, k, decided)
             record = {"settings": key, "allocated_for": allocated, "keep_layers": structure.keep_layers,
                       "hidden_width": structure.hidden_width, "attempts": attempts, "choice": choice,
@@ -278,6 +286,7 @@ class _Clock:
         self.seconds = seconds
         self.start: float | None = None
         self.overheads: list[float] = []  # the seconds each stage's scoring, allocation, timing and tuning took
+        self.stage_started: float | None = None  # when the stage being allocated began
         self.planned: dict[str, float] = {}
         self.finetune_reserve: float | None = None
         self.seen = 0  # texts the teacher has read in the stages planned so far
@@ -292,7 +301,10 @@ class _Clock:
                    finetunes: bool, say: Callable[[str], None]) -> dict[str, Any]:
         """The counts of stage ``k`` of ``count`` (and of the fine-tune, at the last), from the time left."""
         assert self.seconds is not None
-        overhead = max(self.overheads) if self.overheads else 0.0
+        # what a later stage's scoring, allocation, tuning and timing will take: as long as the longest so far,
+        # this one's included (the first stage plans before its own has been recorded)
+        current = [] if self.stage_started is None else [time.monotonic() - self.stage_started]
+        overhead = max(self.overheads + current) if self.overheads or current else 0.0
         # what is still to come besides training: the later stages' scoring and allocation, the two evaluations
         # of the final model and the export and timing at the end (as long as one allocation's timing took)
         ending = 2 * rates.evaluate * sizes["validation"] + overhead / 2
@@ -303,10 +315,17 @@ class _Clock:
         counts, cost, self.seen = distill_counts(distill_seconds, sizes["texts"], self.seen, rates)
         self.planned[f"distill {k}"] = cost
         result: dict[str, Any] = {"counts": dataclasses.asdict(counts), "throughput": dataclasses.asdict(rates)}
-        check_counts(f"distill {k}", counts, sizes["texts"], distill_seconds)
+        # before any training a budget too small is refused; once a stage has trained, the run finishes with the
+        # fewest steps worth running, over its time (the user's minutes are already spent: a refusal would waste them)
+        check = check_counts if k == 1 else \
+            lambda stage, counts, available, seconds: self._overrun(stage, counts, available, seconds, say)
+        check(f"distill {k}", counts, sizes["texts"], distill_seconds)
+        counts = fewest(counts, sizes["texts"])
+        result["counts"] = dataclasses.asdict(counts)
         if last and finetunes:
             finetune, cost = finetune_counts(left - cost, sizes["labelled"], rates)
-            check_counts("the fine-tune", finetune, sizes["labelled"], left - cost)
+            check("the fine-tune", finetune, sizes["labelled"], left - cost)
+            finetune = fewest(finetune, sizes["labelled"])
             self.planned["finetune"] = cost
             result["finetune"] = dataclasses.asdict(finetune)
         described = f"{counts.max_samples or sizes['texts']:,} texts x {counts.epochs}"
@@ -315,6 +334,14 @@ class _Clock:
             f"texts/s" + (f"; the fine-tune on {result['finetune']['max_samples'] or sizes['labelled']:,} examples x "
                           f"{result['finetune']['epochs']}" if "finetune" in result else ""))
         return result
+
+    def _overrun(self, stage: str, counts: StageCounts, available: int, seconds: float,
+                 say: Callable[[str], None]) -> None:
+        """Say that ``stage`` trains the fewest steps worth running, past the budget, where its time is spent."""
+        if counts.examples(available) < fewest(counts, available).examples(available):
+            say(f"the budget leaves {max(0.0, seconds):.0f} s for {stage}: it trains the fewest steps worth running "
+                f"({fewest(counts, available).examples(available):,} examples), and the run ends after its "
+                f"{self.seconds:.0f} s; give a larger --budget or fewer --stages to stay within it")
 
     def summary(self, run_dir: Path) -> dict[str, Any]:
         """What the run spent, and on what (the recipe runner's wall time of each stage)."""

@@ -123,6 +123,13 @@ def plan_training(seconds: float, *, texts: int, labelled: int, throughput: Thro
     return TrainingPlan(distill=tuple(counts), finetune=finetune, seconds=spent)
 
 
+def fewest(counts: StageCounts, available: int, batch_size: int = 32) -> StageCounts:
+    """``counts``, or :data:`MIN_STEPS` steps of ``batch_size`` examples (of the ``available`` ones) where they are
+    fewer: what a stage trains once the budget is spent but the run must still finish (a later stage)."""
+    least = min(MIN_STEPS * batch_size, available)
+    return counts if counts.examples(available) >= least else StageCounts(least if least < available else None, 1)
+
+
 def check_counts(stage: str, counts: StageCounts, available: int, seconds: float, batch_size: int = 32) -> None:
     """Refuse a plan that gives ``stage`` fewer than :data:`MIN_STEPS` optimizer steps (of the examples there are)."""
     if counts.examples(available) < min(MIN_STEPS * batch_size, available):

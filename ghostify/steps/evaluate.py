@@ -121,7 +121,10 @@ def check_arguments(*, batch_size: int = BATCH_SIZE, **_: object) -> None:
 checks_arguments(evaluate, check_arguments)
 
 
-GRAPH_OUTPUTS = {"classification": ("logits",), "tokens": ("logits",), "qa": ("start_logits", "end_logits")}
+#: what each task's evaluation reads of an exported graph (a sentence-embedding model's graph pools inside itself,
+#: as its sentence-transformers model does)
+GRAPH_OUTPUTS = {"classification": ("logits",), "tokens": ("logits",), "qa": ("start_logits", "end_logits"),
+                 "embeddings": ("sentence_embedding",)}
 
 
 def load_graph_model(graph, target: Target, kind, preset) -> GraphModel:
@@ -129,8 +132,8 @@ def load_graph_model(graph, target: Target, kind, preset) -> GraphModel:
     checked against the task like a checkpoint's head is: a sentence classifier, a token classifier or an
     extractive-QA model, with the outputs its evaluation reads."""
     if kind.name not in GRAPH_OUTPUTS:
-        raise GhostifyError(f"eval of an {target.runtime.format_title} export runs classification, token classification and "
-                            f"QA; evaluate the {preset.name} task on the checkpoint the export was made from "
+        raise GhostifyError(f"eval of an {target.runtime.format_title} export runs classification, token classification, QA and "
+                            f"sentence embeddings; evaluate the {preset.name} task on the checkpoint the export was made from "
                             f"({graph.parent})")
     labels = kind.head_labels(load_config(graph.parent))
     if labels is None:

@@ -17,6 +17,7 @@ read from the checkpoint or from the model its history started from. The task re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -97,7 +98,7 @@ class Embeddings(TaskKind):
         rows = tokenizer_rows(texts, tokenizer, self.data.max_length)
 
         def run(model, loader, accelerator):
-            embeddings = embed(model, loader, accelerator, self.pooling)
+            embeddings = embed(model, loader, accelerator, lambda: self.pooling)
             a, b = embeddings[: len(first)], embeddings[len(first):]
             cosine = F.cosine_similarity(a, b, dim=-1)
             metrics = {}
@@ -155,16 +156,22 @@ def tokenizer_rows(texts: list[str], tokenizer, max_length: int):
     return datasets.Dataset.from_dict(dict(encoded))
 
 
-def embed(model, loader, accelerator, pooling: Pooling) -> torch.Tensor:
-    """The pooled embeddings of every row of ``loader``, in order."""
+def embed(model, loader, accelerator, pooling: Callable[[], Pooling]) -> torch.Tensor:
+    """The pooled embeddings of every row of ``loader``, in order: a checkpoint's token states pooled by
+    ``pooling()``, or the ``sentence_embedding`` an exported graph computes (pooled inside it, as its model was)."""
     out = []
     was_training = model.training
     model.eval()
     with torch.no_grad():
         for batch in loader:
-            hidden = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                           **({"token_type_ids": batch["token_type_ids"]} if "token_type_ids" in batch else {}))[0]
-            out.append(accelerator.gather_for_metrics(pooling(hidden.float(), batch["attention_mask"])).cpu())
+            output = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                           **({"token_type_ids": batch["token_type_ids"]} if "token_type_ids" in batch else {}))
+            if hasattr(output, "sentence_embedding"):
+                pooled = output.sentence_embedding.float()
+            else:
+                hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+                pooled = pooling()(hidden.float(), batch["attention_mask"])
+            out.append(accelerator.gather_for_metrics(pooled).cpu())
     model.train(was_training)
     return torch.cat(out)
 
