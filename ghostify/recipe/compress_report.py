@@ -190,7 +190,10 @@ def markdown(report: dict[str, Any]) -> str:
                        "examples where that brings each block, and the whole model, closer to the teacher.")
     else:
         tuned = f"; the pruned model tuned on {b.tune_masks:,} examples before training" if b.tune_masks else ""
-        budget_line = (f"Budget `{report['budget']}`: {b.describe()} of every training stage, importance on "
+        sized = (report.get("time") or {}).get("budget_seconds") or str(report["budget"]).endswith(".json")
+        counts = "every training stage's examples and epochs as below (sized to the time)" if sized else \
+            f"{b.describe()} of every training stage"
+        budget_line = (f"Budget `{report['budget']}`: {counts}, importance on "
                        f"{b.importance_samples:,} examples{tuned}; learning rates {b.teacher_learning_rate:g} (teacher), "
                        f"{b.distill_learning_rate:g} (distill), {b.finetune_learning_rate:g} (fine-tune with the "
                        f"teacher, weight {b.teacher_weight:g}).")
@@ -279,7 +282,11 @@ def _training_lines(report: dict[str, Any]) -> list[str]:
     if timing.get("budget_seconds"):
         spent = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in sorted(timing.get("stages", {}).items(),
                                                                             key=lambda kv: -kv[1])[:6])
-        lines += ["", f"Time: {timing['seconds'] / 60:.1f} min of a {timing['budget_seconds'] / 60:.0f}-minute budget "
+        # a resumed run's clock started with this call: the stages' own recorded times say what the whole run took
+        # (the teacher's fine-tune, before the budget began, left out)
+        seconds = max(timing["seconds"], sum(s for name, s in timing.get("stages", {}).items()
+                                             if not name.endswith("-teacher")))
+        lines += ["", f"Time: {seconds / 60:.1f} min of a {timing['budget_seconds'] / 60:.0f}-minute budget "
                       f"(after the teacher existed); the longest stages: {spent}. The counts it chose are in "
                       f"`{report.get('budget_file', 'budget.json')}`: `--budget` that file trains with them again."]
     if report.get("precision") and report["precision"] != "no":
