@@ -46,7 +46,7 @@ AUTO_NAMES = {"ForSequenceClassification": "AutoModelForSequenceClassification",
 COMMAND_TAGS = {"prune": "pruned", "distill": "distillation"}
 #: history arguments not worth a card line (the input is named separately; hashes and times are noise)
 QUIET_ARGUMENTS = {"model", "student", "sha256"}
-#: the temporary sibling that ``files.atomic_directory`` writes into: ``.NAME.tmp-XXXXXXXX``
+#: the temporary sibling that ``files.atomic_directory`` writes into: ``.NAME.tmp-`` and 8 random characters
 _TEMPORARY = re.compile(r"^\.(.+)\.tmp-[^.]+$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 

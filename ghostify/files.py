@@ -67,7 +67,7 @@ def name_max(directory: Path) -> int:
     return 255
 
 
-#: what atomic_directory adds to the output's name for its temporary sibling: ``.NAME.tmp-XXXXXXXX``
+#: what atomic_directory adds to the output's name for its temporary sibling: ``.NAME.tmp-`` and 8 random characters
 TEMPORARY_EXTRA = len("..tmp-") + 8
 
 
