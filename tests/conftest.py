@@ -54,6 +54,15 @@ def every_day_params(values, every_day) -> list:
     return [pytest.param(v, marks=() if v in every_day else pytest.mark.slow) for v in values]
 
 
+def every_day_rows(rows, every_day) -> list:
+    """A bad-input table's ``rows`` (each an id first, then its arguments) as parameters, those whose id is outside
+    ``every_day`` marked ``slow``: the everyday run keeps one row of each way a fault is handled, the full run every
+    row (the same handling met by another input)."""
+    unknown = set(every_day) - {row[0] for row in rows}
+    assert not unknown, f"no rows named {sorted(unknown)}"
+    return [pytest.param(*row, id=row[0], marks=() if row[0] in every_day else pytest.mark.slow) for row in rows]
+
+
 def pytest_addoption(parser):
     parser.addoption("--all", action="store_true", dest="full_run",
                      help=f"the full suite: also the tests marked {', '.join(FULL_RUN_MARKERS)} (real-model chains, "

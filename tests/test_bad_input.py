@@ -351,7 +351,8 @@ def _env() -> dict[str, str]:
     return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
 
 
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize(("signum", "code"), [pytest.param(signal.SIGTERM, 143, id="SIGTERM"),
+                                             pytest.param(signal.SIGHUP, 129, id="SIGHUP", marks=pytest.mark.slow)])
 def test_a_signal_during_a_write_leaves_nothing_behind(signum, code, world, tmp_path):
     out = tmp_path / "out"
     process = subprocess.Popen([sys.executable, "-c", PAUSED_WRITE, "attach-ghost", str(world / "m"), "-o", str(out)],

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import every_day_rows
 from .test_bad_input import _beside, _snapshot, world  # noqa: F401
 
 #: a plug-in method's declaration; ``{field}`` is its settings field, ``{package}`` its package
@@ -212,7 +213,13 @@ def records(world, tmp_path_factory) -> Path:  # noqa: F811
     return root
 
 
-@pytest.mark.parametrize(("name", "plugins", "args", "code", "warning", "error"), CASES, ids=[c[0] for c in CASES])
+#: one row of each way a broken plug-in is handled, every day (the others meet the same handling: --all)
+EVERY_DAY = ("raises-command", "not-a-method-command", "prune-again-keeps-the-shipped-prune", "ghost-again-by-its-command",
+             "exits-on-import", "settings-not-a-dataclass", "union-option-type", "second-plugin-of-one-name",
+             "dry-run-with-a-broken-plugin", "old-style-by-its-command", "checkpoint-of-a-broken-plugin")
+
+
+@pytest.mark.parametrize(("name", "plugins", "args", "code", "warning", "error"), every_day_rows(CASES, EVERY_DAY))
 def test_a_broken_plugin_costs_only_itself(name, plugins, args, code, warning, error, site, world, records,  # noqa: F811
                                            tmp_path):
     out = tmp_path / "out"

@@ -15,7 +15,7 @@ import pytest
 
 from ghostify.settings import TrainSettings
 
-from .conftest import REPO
+from .conftest import REPO, every_day_rows
 from .test_bad_input import _beside, _check_refused, _fill, _snapshot, world  # noqa: F401
 
 TRAIN = ["--dataset", "{toy}", "--text-columns", "sentence", "--max-length", "16", "--epochs", "1", "--batch-size", "8"]
@@ -69,7 +69,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "package", "args", "expected"), CASES, ids=[c[0] for c in CASES])
+#: one row of each way a tracker fails, every day (the others meet the same handling: --all)
+EVERY_DAY = ("wandb-import-fails", "wandb-without-init", "wandb-without-metadata", "tensorboard-import-fails",
+             "mlflow-without-a-server")
+
+
+@pytest.mark.parametrize(("name", "package", "args", "expected"), every_day_rows(CASES, EVERY_DAY))
 def test_a_broken_tracker_is_one_line_before_any_output(name, package, args, expected, broken, world, tmp_path):
     out = tmp_path / "out"
     before, beside = _snapshot(world), _beside(out)

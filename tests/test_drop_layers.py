@@ -322,13 +322,13 @@ def test_onnx_export_of_a_dropped_model_matches_pytorch(tmp_path):
     assert result["max_difference"] <= 1e-4
 
 
-def test_hf_export_of_a_dropped_model_loads_without_ghostify(tmp_path):
+def test_hf_export_of_a_dropped_model_loads_without_ghostify(tmp_path, without_load_check):
+    """Loaded by transformers alone in a fresh Python (this test's own check, not the export's)."""
     from .test_export import _LOAD_ALL
 
     tiny_checkpoint(tmp_path / "m", "bert", num_hidden_layers=4)
     steps.drop_layers(tmp_path / "m", tmp_path / "dropped", layers="1,2")
-    result = steps.export(tmp_path / "dropped", tmp_path / "hf", format="hf")
-    assert result["max_difference"] <= 1e-5
+    steps.export(tmp_path / "dropped", tmp_path / "hf", format="hf")
     batch = tiny_batch()
     with torch.no_grad():
         logits = load_model(tmp_path / "dropped")(**batch).logits

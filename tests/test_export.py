@@ -18,7 +18,7 @@ from ghostify.errors import GhostifyError
 from ghostify.export.hf import QUIET_TRANSFORMERS, WITHOUT_GHOSTIFY, write_hf
 from ghostify.export.onnx import example_batch, input_names
 from ghostify.testing import FAMILIES, tiny_checkpoint
-from tests.conftest import family_params, run_cli
+from tests.conftest import EVERYDAY_FAMILIES, family_params, run_cli
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -84,9 +84,15 @@ HF_CASES = [(f, "ghosts") for f in FAMILIES] + [("bert", v) for v in ("conv", "z
     ("albert", "shared"), ("deberta-v2", "grouped"), ("electra", "embeddings")]
 
 
-def test_hf_export_loads_without_ghostify_for_every_family_and_method(tmp_path):
+#: the everyday run exports one family of each kind of attention code (every method on BERT), the full run the rest
+HF_GROUPS = [pytest.param([c for c in HF_CASES if c[0] in EVERYDAY_FAMILIES], id="everyday"),
+             pytest.param([c for c in HF_CASES if c[0] not in EVERYDAY_FAMILIES], id="other-families", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("hf_cases", HF_GROUPS)
+def test_hf_export_loads_without_ghostify_for_every_family_and_method(hf_cases, tmp_path):
     cases = []
-    for family, variant in HF_CASES:
+    for family, variant in hf_cases:
         work = tmp_path / f"{family}-{variant}"
         source = _chain(work, family, variant)
         net = load_model(source)
@@ -106,7 +112,7 @@ def test_hf_export_loads_without_ghostify_for_every_family_and_method(tmp_path):
                             cwd=tmp_path, env=env, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
     loaded = json.loads(result.stdout.strip().splitlines()[-1])
-    for (family, variant), case in zip(HF_CASES, cases):
+    for (family, variant), case in zip(hf_cases, cases):
         got = loaded[case["dir"]]
         assert got["worst"] <= 1e-5, (family, variant, got)
         assert ".modeling_ghostify." in got["class"], got  # the export's own class (named like the stock one)
@@ -165,9 +171,10 @@ def test_export_command_checks_hf_and_a_uniform_ffn_width_is_a_stock_checkpoint(
 
 
 #: every family with ghosts (the everyday run: BERT; ModernBERT's graph is checked every day by prune-hidden's and
-#: OpenVINO's parity tests), and BERT with each method
+#: OpenVINO's parity tests), and BERT with each method (zero-scale: the ghosts' graph again, with trained scales)
 ONNX_CASES = [pytest.param(*p.values, "ghosts", marks=p.marks) for p in family_params(FAMILIES, ["bert"])] + [
-    ("bert", v) for v in ("conv", "zero-scale", "grouped", "embeddings", "shared")]
+    ("bert", v) for v in ("conv", "grouped", "embeddings", "shared")] + [
+    pytest.param("bert", "zero-scale", marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("family, variant", ONNX_CASES)

@@ -34,7 +34,8 @@ def _pipeline(export: Path, tmp: Path) -> tuple[dict, str]:
     return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
 
 
-def test_a_pipeline_takes_an_export_with_code_and_names_the_classes(tmp_path, capsys):
+def test_a_pipeline_takes_an_export_with_code_and_names_the_classes(tmp_path, capsys, without_load_check):
+    """The export loads in a transformers pipeline in a fresh Python (this test's own check of it)."""
     model = tiny_checkpoint(tmp_path / "m", head="base")
     data = write_rows(tmp_path / "reviews.jsonl", _rows(40))
     code, _, err = run_cli(capsys, "finetune", model, "-o", tmp_path / "ft", "--dataset", data,
@@ -69,7 +70,8 @@ def test_class_label_names_become_the_heads_labels(tmp_path, capsys):
     assert config["id2label"] == {"0": "negative", "1": "positive"}
 
 
-def test_a_classifier_from_an_embedding_model_exports_without_the_sentence_transformers_layout(tmp_path, capsys):
+def test_a_classifier_from_an_embedding_model_exports_without_the_sentence_transformers_layout(tmp_path, capsys,
+                                                                                            without_load_check):
     encoder = tiny_sentence_transformer(tmp_path / "st")
     toy = write_toy_dataset(tmp_path / "toy", train=32, validation=16)
     code, _, err = run_cli(capsys, "finetune", encoder, "-o", tmp_path / "ft", "--dataset", toy,

@@ -177,7 +177,7 @@ def test_the_quickstart_recipe_runs_on_the_family(family, toy, tmp_path):
     assert report["stages"][-1]["metrics"]
 
 
-@pytest.mark.parametrize("family", family_params(NEW_FAMILIES))
+@pytest.mark.parametrize("family", family_params(NEW_FAMILIES, CHAIN_FAMILIES))
 def test_a_resumed_distill_equals_an_uninterrupted_one(family, toy, tmp_path):
     from ghostify.steps import distill, prune
 

@@ -96,3 +96,14 @@ def test_every_command_checks_the_order_against_the_record():
             check_order(name, record)
     check_order("embeddings", record)
     check_order("references", record)
+
+
+def test_each_method_step_is_made_once():
+    """A recipe's validation asks for every method's step at every stage it checks: each is made once (a method
+    registered later gets its own when first asked: test_record_format's late registration)."""
+    from ghostify import steps
+
+    made = steps.method_steps()
+    assert made["prune"] is steps.method_steps()["prune"] is steps.prune is prune
+    assert set(made) >= {"prune", "attach-ghost", "drop-layers", "share-layers"}
+    assert "width" in made["prune"].__signature__.parameters

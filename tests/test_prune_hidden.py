@@ -33,7 +33,7 @@ from ghostify.testing import (FAMILIES, ships_head, tiny_batch, tiny_checkpoint,
                               write_toy_dataset)
 from ghostify.training.objectives import DistillObjective
 
-from .conftest import every_day_params, run_cli
+from .conftest import EVERYDAY_FAMILIES, every_day_params, run_cli
 from .test_bad_input import _check_refused, _fill, world  # noqa: F401
 
 TOY = {"text_columns": ("sentence",), "label_column": "label"}
@@ -414,11 +414,14 @@ print(json.dumps(results))
 """
 
 
-def test_hf_export_of_every_family_loads_without_ghostify(tmp_path):
+@pytest.mark.parametrize("families", [
+    pytest.param([f for f in FAMILIES if f in EVERYDAY_FAMILIES], id="everyday"),
+    pytest.param([f for f in FAMILIES if f not in EVERYDAY_FAMILIES], id="other-families", marks=pytest.mark.slow)])
+def test_hf_export_of_every_family_loads_without_ghostify(families, tmp_path):
     from ghostify.export.hf import write_hf
 
     cases = []
-    for family in FAMILIES:
+    for family in families:
         work = tmp_path / family
         tiny_checkpoint(work / "m", family, head=_head(family))
         with warnings.catch_warnings():

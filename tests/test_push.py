@@ -88,7 +88,8 @@ def refusing_hub():
     server.server_close()
 
 
-def test_export_pushes_the_finished_folder_as_one_commit(world, tmp_path, monkeypatch, capsys):  # noqa: F811
+def test_export_pushes_the_finished_folder_as_one_commit(world, tmp_path, monkeypatch, capsys,  # noqa: F811
+                                                        without_load_check):
     recorder = Recorder(monkeypatch)
     out = tmp_path / "hf"
     before = _snapshot(world)

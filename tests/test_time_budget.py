@@ -6,7 +6,7 @@ import pytest
 
 from ghostify.errors import GhostifyError
 from ghostify.recipe.time_budget import (FINETUNE_SHARE, MAX_EPOCHS, StageCounts, Throughput, TrainingPlan,
-                                         parse_duration, plan_training)
+                                         finetune_counts, parse_duration, plan_training)
 
 RATES = Throughput(teacher=0.01, distill=0.02, finetune=0.015, evaluate=0.005)
 
@@ -36,6 +36,13 @@ def test_a_large_task_reads_a_subset_once_and_later_stages_reuse_the_teachers_ou
     assert plan.finetune == StageCounts(20000, 1)
     assert plan.seconds == pytest.approx({"distill 1": 450, "distill 2": 450, "finetune": 300})
     assert FINETUNE_SHARE == 0.25
+
+
+def test_the_fine_tune_pays_the_teachers_pass_for_examples_distillation_did_not_read():
+    # 300 s: the 10,000 examples distillation read cost 0.015 each (150 s), the rest 0.015 + 0.01 (the teacher):
+    # 150 s / 0.025 = 6,000 more: 16,000 (the plan before gave it 20,000, which ran 100 s over)
+    assert finetune_counts(300, 67000, RATES, seen=10000) == (StageCounts(16000, 1), pytest.approx(300))
+    assert finetune_counts(300, 67000, RATES) == (StageCounts(20000, 1), pytest.approx(300))  # every one read
 
 
 def test_a_small_task_is_read_whole_for_as_many_epochs_as_fit():

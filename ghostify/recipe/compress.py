@@ -326,7 +326,7 @@ class _Clock:
         counts = fewest(counts, sizes["texts"])
         result["counts"] = dataclasses.asdict(counts)
         if last and finetunes:
-            finetune, cost = finetune_counts(left - cost, sizes["labelled"], rates)
+            finetune, cost = finetune_counts(left - cost, sizes["labelled"], rates, self.seen)
             check("the fine-tune", finetune, sizes["labelled"], left - cost)
             finetune = fewest(finetune, sizes["labelled"])
             self.planned["finetune"] = cost
@@ -341,9 +341,10 @@ class _Clock:
     def _overrun(self, stage: str, counts: StageCounts, available: int, seconds: float,
                  say: Callable[[str], None]) -> None:
         """Say that ``stage`` trains the fewest steps worth running, past the budget, where its time is spent."""
-        if counts.examples(available) < fewest(counts, available).examples(available):
+        least = fewest(counts, available)
+        if least != counts:
             say(f"the budget leaves {max(0.0, seconds):.0f} s for {stage}: it trains the fewest steps worth running "
-                f"({fewest(counts, available).examples(available):,} examples), and the run ends after its "
+                f"({least.examples(available):,} examples), and the run ends after its "
                 f"{self.seconds:.0f} s; give a larger --budget or fewer --stages to stay within it")
 
     def summary(self, run_dir: Path) -> dict[str, Any]:

@@ -117,22 +117,27 @@ def plan_training(seconds: float, *, texts: int, labelled: int, throughput: Thro
         check_counts(f"distill {k + 1}", plan, texts, per_stage, batch_size)
         counts.append(plan)
         spent[f"distill {k + 1}"] = cost
-    finetune, cost = finetune_counts(finetune_seconds, labelled, throughput)
+    finetune, cost = finetune_counts(finetune_seconds, labelled, throughput, seen)
     check_counts("the fine-tune", finetune, labelled, finetune_seconds, batch_size)
     spent["finetune"] = cost
     return TrainingPlan(distill=tuple(counts), finetune=finetune, seconds=spent)
 
 
+def _least(available: int, batch_size: int) -> int:
+    """The fewest examples a training stage is worth running: :data:`MIN_STEPS` steps (or every example)."""
+    return min(MIN_STEPS * batch_size, available)
+
+
 def fewest(counts: StageCounts, available: int, batch_size: int = 32) -> StageCounts:
     """``counts``, or :data:`MIN_STEPS` steps of ``batch_size`` examples (of the ``available`` ones) where they are
     fewer: what a stage trains once the budget is spent but the run must still finish (a later stage)."""
-    least = min(MIN_STEPS * batch_size, available)
+    least = _least(available, batch_size)
     return counts if counts.examples(available) >= least else StageCounts(least if least < available else None, 1)
 
 
 def check_counts(stage: str, counts: StageCounts, available: int, seconds: float, batch_size: int = 32) -> None:
     """Refuse a plan that gives ``stage`` fewer than :data:`MIN_STEPS` optimizer steps (of the examples there are)."""
-    if counts.examples(available) < min(MIN_STEPS * batch_size, available):
+    if counts.examples(available) < _least(available, batch_size):
         raise GhostifyError(f"the budget leaves {max(0.0, seconds):.0f} s for {stage}: too little to take {MIN_STEPS} "
                             f"steps of {batch_size} examples at the throughput measured here; give a larger --budget, "
                             "fewer --stages, or --budget quick")
@@ -145,9 +150,13 @@ def distill_counts(seconds: float, texts: int, seen: int, throughput: Throughput
     return plan, cost, max(seen, min(texts, plan.max_samples or texts))
 
 
-def finetune_counts(seconds: float, labelled: int, throughput: Throughput) -> tuple[StageCounts, float]:
-    """The fine-tune's counts for ``seconds`` on ``labelled`` examples (the teacher's logits read back)."""
-    return _fill(seconds, labelled, throughput.finetune, 0.0)
+def finetune_counts(seconds: float, labelled: int, throughput: Throughput, seen: int | None = None
+                    ) -> tuple[StageCounts, float]:
+    """The fine-tune's counts for ``seconds`` on ``labelled`` examples: the teacher's logits read back for the
+    ``seen`` ones distillation gave it (the same seeded order of the training split; None: all), its pass paid
+    for the rest (on SST-2 at 6x a fine-tune of 27,651 examples after distillations of 22,138 texts took 276 s
+    where 197 s were planned without it)."""
+    return _fill(seconds, labelled, throughput.finetune, throughput.teacher, seen=seen)
 
 
 def _fill(seconds: float, available: int, step: float, first: float, *, seen: int | None = None) -> tuple[StageCounts, float]:
@@ -181,4 +190,4 @@ def _largest(fits, upper: int) -> int:
 
 
 __all__ = ["FINETUNE_SHARE", "MAX_EPOCHS", "StageCounts", "Throughput", "TrainingPlan", "check_counts",
-           "distill_counts", "finetune_counts", "parse_duration", "plan_training"]
+           "distill_counts", "fewest", "finetune_counts", "parse_duration", "plan_training"]

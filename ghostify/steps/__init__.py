@@ -23,18 +23,28 @@ from .info import info
 from .latency import latency
 
 
+#: each registered method's step, made once (a recipe's validation asks for them all at every stage it checks)
+_STEPS: dict[str, tuple[Any, Any]] = {}
+
+
+def _step_of(method) -> Any:
+    """``method``'s step function, made on first use (again where another method took its command's name)."""
+    made = _STEPS.get(method.command)
+    if made is None or made[0] is not method:
+        made = _STEPS[method.command] = (method, method_step(method))
+    return made[1]
+
+
 def __getattr__(name: str) -> Any:
     method = applied_by(name.replace("_", "-"))
     if method is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    step = method_step(method)
-    globals()[name] = step
-    return step
+    return _step_of(method)
 
 
 def method_steps() -> dict[str, Any]:
     """The step of every registered method that a command of its own applies, by command name."""
-    return {m.command: __getattr__(m.command.replace("-", "_")) for m in methods() if m.apply is not None}
+    return {m.command: _step_of(m) for m in methods() if m.apply is not None}
 
 
 __all__ = ["apply_method", "augment", "bench", "distill", "evaluate", "export", "finetune", "importance", "info", "latency",

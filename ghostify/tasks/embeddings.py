@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.nn import functional as F
@@ -98,7 +99,7 @@ class Embeddings(TaskKind):
         rows = tokenizer_rows(texts, tokenizer, self.data.max_length)
 
         def run(model, loader, accelerator):
-            embeddings = embed(model, loader, accelerator, lambda: self.pooling)
+            embeddings = embed(model, loader, accelerator, self.embedding)
             a, b = embeddings[: len(first)], embeddings[len(first):]
             cosine = F.cosine_similarity(a, b, dim=-1)
             metrics = {}
@@ -121,7 +122,10 @@ class Embeddings(TaskKind):
         return load_model(source, head="base", dropout=dropout, attention_dropout=attention_dropout)
 
     def embedding(self, output, batch) -> torch.Tensor:
-        """The pooled embeddings of a model's ``output`` (every model of the task pools alike: :attr:`pooling`)."""
+        """The pooled embeddings of a model's ``output`` (every model of the task pools alike: :attr:`pooling`); an
+        exported graph's ``sentence_embedding``, which it pools inside itself as its model did."""
+        if hasattr(output, "sentence_embedding"):
+            return output.sentence_embedding.float()
         hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
         return self.pooling(hidden.float(), batch["attention_mask"])
 
@@ -156,9 +160,8 @@ def tokenizer_rows(texts: list[str], tokenizer, max_length: int):
     return datasets.Dataset.from_dict(dict(encoded))
 
 
-def embed(model, loader, accelerator, pooling: Callable[[], Pooling]) -> torch.Tensor:
-    """The pooled embeddings of every row of ``loader``, in order: a checkpoint's token states pooled by
-    ``pooling()``, or the ``sentence_embedding`` an exported graph computes (pooled inside it, as its model was)."""
+def embed(model, loader, accelerator, embedding: Callable[[Any, dict], torch.Tensor]) -> torch.Tensor:
+    """The embeddings of every row of ``loader``, in order (``embedding(output, batch)``: the task's pooling)."""
     out = []
     was_training = model.training
     model.eval()
@@ -166,12 +169,7 @@ def embed(model, loader, accelerator, pooling: Callable[[], Pooling]) -> torch.T
         for batch in loader:
             output = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                            **({"token_type_ids": batch["token_type_ids"]} if "token_type_ids" in batch else {}))
-            if hasattr(output, "sentence_embedding"):
-                pooled = output.sentence_embedding.float()
-            else:
-                hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
-                pooled = pooling()(hidden.float(), batch["attention_mask"])
-            out.append(accelerator.gather_for_metrics(pooled).cpu())
+            out.append(accelerator.gather_for_metrics(embedding(output, batch)).cpu())
     model.train(was_training)
     return torch.cat(out)
 
