@@ -9,4 +9,5 @@ set -euo pipefail
 ghostify_env
 cd "$REPO"
 python -c "import torch, transformers; print('torch', torch.__version__, '| transformers', transformers.__version__)"
-exec python -m pytest -q -n 2 --durations=20 "$@"  # the slowest tests, to keep CI short
+# --maxschedchunk 1: each worker takes the next test as it finishes (the conftest orders the longest first)
+exec python -m pytest -q -n 2 --maxschedchunk 1 --durations=20 "$@"  # the slowest tests, to keep CI short

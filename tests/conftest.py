@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -75,12 +76,55 @@ def _everyday(config) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    if not _everyday(config):
-        return
-    full_only = [item for item in items if any(item.get_closest_marker(m) for m in FULL_RUN_MARKERS)]
-    if full_only:
-        config.hook.pytest_deselected(items=full_only)
-        items[:] = [item for item in items if not any(item.get_closest_marker(m) for m in FULL_RUN_MARKERS)]
+    if _everyday(config):
+        full_only = [item for item in items if any(item.get_closest_marker(m) for m in FULL_RUN_MARKERS)]
+        if full_only:
+            config.hook.pytest_deselected(items=full_only)
+            items[:] = [item for item in items if not any(item.get_closest_marker(m) for m in FULL_RUN_MARKERS)]
+    items[:] = longest_first(items, _durations())
+
+
+#: the seconds each slow test took in a recent run (scripts/test_durations.py writes it)
+DURATIONS = Path(__file__).with_name("durations.json")
+#: the built-once fixture a test may wait for while another worker builds it (about 100 s), and how many seconds
+#: of other long tests come before a second test that needs it
+SHARED_BUILD, SHARED_BUILD_SECONDS = "sst2_teacher", 150.0
+
+
+def _durations() -> dict[str, float]:
+    try:
+        return json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def longest_first(items: list, seconds: dict[str, float]) -> list:
+    """``items`` by test module, the modules with the most known-slow seconds first, each module's tests together
+    and in their order (its module fixtures are built once per worker): the workers (``-n 2 --maxschedchunk 1``,
+    scripts/test.sh) take the next test as each finishes, so they end together instead of one running the last
+    long test alone. The first module that needs the built-once fixture :data:`SHARED_BUILD` starts first; the
+    others wait until :data:`SHARED_BUILD_SECONDS` of other slow tests come before them (else a worker would sit
+    idle while the other builds it)."""
+    modules: dict[str, list] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    work = {m: sum(seconds.get(i.nodeid, 0.0) for i in tests) for m, tests in modules.items()}
+    ranked = sorted(modules, key=lambda m: -work[m])  # stable: modules of no known-slow test keep their order
+
+    def needs_build(module: str) -> bool:
+        return any(SHARED_BUILD in getattr(i, "fixturenames", ()) for i in modules[module])
+
+    builders = [m for m in ranked if needs_build(m)]
+    ordered, waiting, meanwhile = builders[:1], builders[1:], 0.0  # the first to need it starts at once
+    for module in ranked:
+        if module in builders:
+            continue
+        ordered.append(module)
+        meanwhile += work[module]
+        if waiting and meanwhile >= SHARED_BUILD_SECONDS:
+            ordered += waiting
+            waiting = []
+    return [item for module in ordered + waiting for item in modules[module]]
 
 
 def pytest_report_header(config):
