@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Int8 accuracy per runtime against fp32 (ONNX Runtime dynamic int8, OpenVINO NNCF static int8) on STS-B
+# embeddings, for the dense MiniLM and its 2x compress result; then a 6x SST-2 compress result against its teacher in
+# both int8 runtimes, timed side by side (the FLOP ratio against the measured speed-up). Results:
+# benchmarks/results/runtimes_int8.md. The models (set them in the environment):
+#   X2      the 2x STS-B result: ghostify compress ../shared/models/all-MiniLM-L6-v2 -o x2 --task embeddings
+#           --dataset ../shared/data/glue/stsb --text-columns sentence1,sentence2 --speedup 2 --budget 15m
+#           (X2=x2/stages/08-final)
+#   TEACHER the SST-2 teacher of benchmarks/retraining_free.py (WORK/sst2/run/01-teacher)
+#   X6      its 6x result: python benchmarks/budget_curve.py --work WORK --tasks sst2 --targets 6 --minutes 20
+#           --arms all (X6=WORK/sst2/budget/all-20m-x6-s0/stages/14-final)
+#   W       where the exports and results go
+set -euo pipefail
+cd "$(dirname "$0")/.." && . .venv/bin/activate
+export OMP_NUM_THREADS=1
+SHARED=${SHARED:-$(pwd)/../shared}
+W=${W:-/work/runs/rt47}
+X2=${X2:-/work/runs/emb/x2/stages/08-final}
+TEACHER=${TEACHER:-/work/runs/rf/sst2/run/01-teacher}
+X6=${X6:-/work/runs/rf/sst2/budget/all-20m-x6-s0/stages/14-final}
+DATA=(--task embeddings --dataset $SHARED/data/glue/stsb --text-columns sentence1,sentence2)
+for name in dense x2; do
+  if [ $name = dense ]; then M=$SHARED/models/all-MiniLM-L6-v2; else M=$X2; fi
+  [ -d $W/$name-ort ] || ghostify export $M -o $W/$name-ort --format onnx --quantize int8 "${DATA[@]}"
+  [ -d $W/$name-ov ] || ghostify export $M -o $W/$name-ov --format openvino --quantize int8 "${DATA[@]}"
+  for g in $M $W/$name-ort/model.onnx $W/$name-ort/model_int8.onnx $W/$name-ov/model.xml $W/$name-ov/model_int8.xml; do
+    key=$(echo $g | tr '/' '_')
+    [ -f $W/eval$key.json ] || ghostify eval $g "${DATA[@]}" --json > $W/eval$key.json
+    echo "$name $g $(python -c "import json,sys; print(json.load(open('$W/eval$key.json'))['metrics'])")"
+  done
+done
+
+# item 4: the 6x SST-2 model of the budget curve against the dense teacher, in ONNX Runtime int8 and OpenVINO int8,
+# timed side by side (batch 1 x 128, 1 thread); plus SST-2 accuracy of the OpenVINO int8 graph
+S=(--task sst2 --dataset $SHARED/data/glue)
+T=$TEACHER; C=$X6
+[ -d $W/t-ort ] || ghostify export $T -o $W/t-ort --format onnx --quantize int8 "${S[@]}"
+[ -d $W/t-ov ] || ghostify export $T -o $W/t-ov --format openvino --quantize int8 "${S[@]}"
+[ -d $W/c-ort ] || ghostify export $C -o $W/c-ort --format onnx --quantize int8 "${S[@]}"
+[ -d $W/c-ov ] || ghostify export $C -o $W/c-ov --format openvino --quantize int8 "${S[@]}"
+for g in $W/c-ort/model_int8.onnx $W/c-ov/model_int8.xml $C; do
+  key=$(echo $g | tr '/' '_')
+  [ -f $W/eval$key.json ] || ghostify eval $g "${S[@]}" --json > $W/eval$key.json
+  echo "x6 $g $(python -c "import json; print(json.load(open('$W/eval$key.json'))['metrics'])")"
+done
+uptime
+ghostify bench $W/t-ort/model_int8.onnx $W/c-ort/model_int8.onnx $W/t-ov/model_int8.xml $W/c-ov/model_int8.xml \
+  --seq-len 128 --threads 1 --rounds 60 --warmup 5 --json > $W/bench_x6.json
+uptime
+ghostify info $T --json > $W/info_t.json; ghostify info $C --json > $W/info_c.json
