@@ -15,12 +15,14 @@ Arms (``--arms``):
   calls for, the whole training text distilled, the layer-consistent allocation, candidates judged by the task's
   metric, the stages sized to the time);
 * ``one-stage`` (``--stages 1``), ``no-store`` (``--teacher-store-gb 0``), ``old-allocation`` (the units of a
-  layer priced alone, as before): ``all`` less one change, at ``--ablation-minutes``.
+  layer priced alone, as before): ``all`` less one change, at ``--ablation-minutes``;
+* ``none-1`` to ``none-4``: ``--budget none`` (no training: scores, pruning and mask tuning) in that many stages.
 
 Every finished run is a row of ``WORK/budget_curve.jsonl`` (skipped when the script runs again); an interrupted
 compress resumes its stages.
 
     python benchmarks/budget_curve.py --work /work/runs/rf --tasks sst2 --targets 6 --minutes 20 --arms all,today
+    python benchmarks/budget_curve.py --work /work/runs/rf --tasks sst2 --targets 1.5,2 --arms none-1,none-3
     python benchmarks/budget_curve.py --work /work/runs/rf --report-only
 """
 
@@ -43,9 +45,12 @@ import retraining_free as rf  # noqa: E402  the tasks, their teachers and data
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "budget_curve.md"
 ROWS = "budget_curve.jsonl"
-ARMS = ("all", "today", "one-stage", "no-store", "old-allocation")
 #: the arms that are ``all`` less one change, and the compress flags that take it away
 ABLATIONS = {"one-stage": ["--stages", "1"], "no-store": ["--teacher-store-gb", "0"], "old-allocation": []}
+#: ``--budget none`` (no training) in 1 to 4 stages: K-prune's iterative search (score, prune a little, tune the
+#: masks, score again) against one shot
+NO_TRAINING = {f"none-{k}": ["--stages", str(k)] for k in (1, 2, 3, 4)}
+ARMS = ("all", "today", *ABLATIONS, *NO_TRAINING)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -90,7 +95,8 @@ def compress_args(args, name: str, target: float, out: Path, budget: str, seed: 
 
 def run_one(args, name: str, target: float, arm: str, budget: str, seed: int) -> dict[str, Any]:
     out = args.work / name / "budget" / f"{arm}-{budget}-x{target:g}-s{seed}"
-    argv = ["compress", *compress_args(args, name, target, out, budget, seed), *ABLATIONS.get(arm, [])]
+    argv = ["compress", *compress_args(args, name, target, out, budget, seed),
+            *ABLATIONS.get(arm, []), *NO_TRAINING.get(arm, [])]
     env = dict(os.environ)
     if arm == "today":
         env["PYTHONPATH"] = str(args.today)  # the code before issue 46, ahead of this checkout's install
@@ -141,6 +147,7 @@ def runs(args) -> list[tuple[str, float, str, str, int]]:
                     grid += [(name, target, "all", f"{m:g}m", seed) for m in args.minutes]
                 grid += [(name, target, arm, f"{args.ablation_minutes:g}m", seed) for arm in args.arms
                          if arm in ABLATIONS]
+                grid += [(name, target, arm, "none", seed) for arm in args.arms if arm in NO_TRAINING]
     return grid
 
 
@@ -189,7 +196,8 @@ def write_report(args, rows: list[dict[str, Any]]) -> None:
                         key=lambda r: (r["target"], ARMS.index(r["arm"]), r["budget"], r["seed"])):
             lines.append(f"| {r['target']:g}x | {r['arm']} | {r['budget']} | {r['seed']} | {_score(r, name)} |")
         lines.append("")
-    machines = {common.machine_line(r["machine"]) for r in done if "machine" in r}
+    # the machine once: each row's load is in the line below
+    machines = {common.machine_line(r["machine"]).split(", 1-min load")[0] for r in done if "machine" in r}
     loads = [x for r in done for x in (r.get("load_start") or [])[:1] + (r.get("load_end") or [])[:1]]
     lines += ["Machine: " + "; ".join(sorted(machines)),
               f"Load average (1 min) at the runs' starts and ends: {min(loads):.1f}-{max(loads):.1f}." if loads else ""]

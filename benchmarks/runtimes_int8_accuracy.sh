@@ -44,7 +44,39 @@ for g in $W/c-ort/model_int8.onnx $W/c-ov/model_int8.xml $C; do
   echo "x6 $g $(python -c "import json; print(json.load(open('$W/eval$key.json'))['metrics'])")"
 done
 uptime
-ghostify bench $W/t-ort/model_int8.onnx $W/c-ort/model_int8.onnx $W/t-ov/model_int8.xml $W/c-ov/model_int8.xml \
-  --seq-len 128 --threads 1 --rounds 60 --warmup 5 --json > $W/bench_x6.json
+[ -f $W/bench_x6.json ] || ghostify bench $W/t-ort/model_int8.onnx $W/c-ort/model_int8.onnx $W/t-ov/model_int8.xml \
+  $W/c-ov/model_int8.xml --seq-len 128 --threads 1 --rounds 60 --warmup 5 --json > $W/bench_x6.json
 uptime
 ghostify info $T --json > $W/info_t.json; ghostify info $C --json > $W/info_c.json
+
+# item 2 on NER and item 4 at 3x: the CoNLL-2003 teacher and its 3x budget-curve result (F1 in each int8 runtime
+# against fp32), and the SST-2 3x result timed against its teacher like the 6x one above
+#   CONLL_T  WORK/conll2003/run/01-teacher;  CONLL_X3  WORK/conll2003/budget/all-20m-x3-s0/stages/NN-final
+#   X3       WORK/sst2/budget/all-20m-x3-s0/stages/NN-final
+CONLL_T=${CONLL_T:-/work/runs/rf/conll2003/run/01-teacher}
+CONLL_X3=${CONLL_X3:-$(ls -d /work/runs/rf/conll2003/budget/all-20m-x3-s0/stages/*-final 2>/dev/null | head -1)}
+X3=${X3:-$(ls -d /work/runs/rf/sst2/budget/all-20m-x3-s0/stages/*-final | head -1)}
+N=(--task conll2003 --dataset $SHARED/data/conll2003 --tags-column ner_labels --tag-scheme IOB2 --max-length 128)
+for name in conll-t conll-x3; do
+  if [ $name = conll-t ]; then M=$CONLL_T; else M=$CONLL_X3; fi
+  [ -d "$M" ] || { echo "skipping $name: no model at '$M'"; continue; }
+  [ -d $W/$name-ort ] || ghostify export $M -o $W/$name-ort --format onnx --quantize int8 "${N[@]}"
+  [ -d $W/$name-ov ] || ghostify export $M -o $W/$name-ov --format openvino --quantize int8 "${N[@]}"
+  for g in $M $W/$name-ort/model_int8.onnx $W/$name-ov/model_int8.xml; do
+    key=$(echo $g | tr '/' '_')
+    [ -f $W/eval$key.json ] || ghostify eval $g "${N[@]}" --json > $W/eval$key.json
+    echo "$name $g $(python -c "import json; print(json.load(open('$W/eval$key.json'))['metrics'])")"
+  done
+done
+[ -d $W/c3-ort ] || ghostify export $X3 -o $W/c3-ort --format onnx --quantize int8 "${S[@]}"
+[ -d $W/c3-ov ] || ghostify export $X3 -o $W/c3-ov --format openvino --quantize int8 "${S[@]}"
+for g in $W/c3-ort/model_int8.onnx $W/c3-ov/model_int8.xml $X3; do
+  key=$(echo $g | tr '/' '_')
+  [ -f $W/eval$key.json ] || ghostify eval $g "${S[@]}" --json > $W/eval$key.json
+  echo "x3 $g $(python -c "import json; print(json.load(open('$W/eval$key.json'))['metrics'])")"
+done
+uptime
+[ -f $W/bench_x3.json ] || ghostify bench $W/t-ort/model_int8.onnx $W/c3-ort/model_int8.onnx $W/t-ov/model_int8.xml \
+  $W/c3-ov/model_int8.xml --seq-len 128 --threads 1 --rounds 60 --warmup 5 --json > $W/bench_x3.json
+uptime
+ghostify info $X3 --json > $W/info_c3.json

@@ -77,6 +77,26 @@ def test_two_stages_prune_distil_score_again_and_prune_further(world, tmp_path, 
     assert "Compression in 2 stages" in (out / "report.md").read_text()
 
 
+def test_without_training_the_stages_score_prune_and_tune_again_without_distilling(world, tmp_path, capsys,
+                                                                                   fixed_latency):
+    """--budget none --stages 2 (K-prune's iterative search): the second stage scores the first's pruned and tuned
+    model and prunes it the rest of the way, with mask tuning at each stage and no training stage at all."""
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, *_args(world, out, "--speedup", "1.3", "--stages", "2", "--budget", "none"))
+    assert code == 0, err
+    names = sorted(p.name.split("-", 1)[1] for p in (out / "stages").iterdir() if p.is_dir() and p.name[0].isdigit())
+    assert {"importance", "prune", "importance-2", "prune-2"} <= set(names), names
+    assert not [n for n in names if "distill" in n or "finetune" in n or n == "final"], names
+    report = json.loads((out / "report.json").read_text())
+    assert report["retraining_free"] and [s["target"] for s in report["compression_stages"]] == \
+        [pytest.approx(1.3 ** 0.5), pytest.approx(1.3)]
+    second = next(p for p in (out / "stages").iterdir() if p.name.endswith("-prune-2"))
+    history = load_model(second).config.ghostify["history"]
+    assert [h["command"] for h in history].count("prune") == 2
+    assert all(h["arguments"]["tuned"]["examples"] > 0 for h in history if h["command"] == "prune")
+    assert report["model_dir"].endswith(second.name)
+
+
 @pytest.fixture
 def on_target(monkeypatch):
     """Every timing measures what was predicted: two runs compared byte for byte must not re-allocate differently
