@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Int8 accuracy per runtime against fp32 (ONNX Runtime dynamic int8, OpenVINO NNCF static int8) on STS-B
-# embeddings, for the dense MiniLM and its 2x compress result; then a 6x SST-2 compress result against its teacher in
-# both int8 runtimes, timed side by side (the FLOP ratio against the measured speed-up). Results:
+# embeddings, for the dense MiniLM and its 2x compress result, and on CoNLL-2003 for a tagger and its 3x result; then
+# 3x and 6x SST-2 compress results against their teacher in both int8 runtimes, timed side by side (the FLOP ratio
+# against the measured speed-up; nothing else may run beside the timing). Results:
 # benchmarks/results/runtimes_int8.md. The models (set them in the environment):
 #   X2      the 2x STS-B result: ghostify compress ../shared/models/all-MiniLM-L6-v2 -o x2 --task embeddings
 #           --dataset ../shared/data/glue/stsb --text-columns sentence1,sentence2 --speedup 2 --budget 15m
@@ -9,6 +10,7 @@
 #   TEACHER the SST-2 teacher of benchmarks/retraining_free.py (WORK/sst2/run/01-teacher)
 #   X6      its 6x result: python benchmarks/budget_curve.py --work WORK --tasks sst2 --targets 6 --minutes 20
 #           --arms all (X6=WORK/sst2/budget/all-20m-x6-s0/stages/14-final)
+#   CONLL_T, CONLL_X3, X3  further down
 #   W       where the exports and results go
 set -euo pipefail
 cd "$(dirname "$0")/.." && . .venv/bin/activate
@@ -56,12 +58,13 @@ ghostify info $T --json > $W/info_t.json; ghostify info $C --json > $W/info_c.js
 CONLL_T=${CONLL_T:-/work/runs/rf/conll2003/run/01-teacher}
 CONLL_X3=${CONLL_X3:-$(ls -d /work/runs/rf/conll2003/budget/all-20m-x3-s0/stages/*-final 2>/dev/null | head -1)}
 X3=${X3:-$(ls -d /work/runs/rf/sst2/budget/all-20m-x3-s0/stages/*-final | head -1)}
-N=(--task conll2003 --dataset $SHARED/data/conll2003 --tags-column ner_labels --tag-scheme IOB2 --max-length 128)
+NX=(--task conll2003 --dataset $SHARED/data/conll2003 --max-length 128)  # export calibrates on the text alone
+N=("${NX[@]}" --tags-column ner_labels --tag-scheme IOB2)
 for name in conll-t conll-x3; do
   if [ $name = conll-t ]; then M=$CONLL_T; else M=$CONLL_X3; fi
   [ -d "$M" ] || { echo "skipping $name: no model at '$M'"; continue; }
-  [ -d $W/$name-ort ] || ghostify export $M -o $W/$name-ort --format onnx --quantize int8 "${N[@]}"
-  [ -d $W/$name-ov ] || ghostify export $M -o $W/$name-ov --format openvino --quantize int8 "${N[@]}"
+  [ -d $W/$name-ort ] || ghostify export $M -o $W/$name-ort --format onnx --quantize int8 "${NX[@]}"
+  [ -d $W/$name-ov ] || ghostify export $M -o $W/$name-ov --format openvino --quantize int8 "${NX[@]}"
   for g in $M $W/$name-ort/model_int8.onnx $W/$name-ov/model_int8.xml; do
     key=$(echo $g | tr '/' '_')
     [ -f $W/eval$key.json ] || ghostify eval $g "${N[@]}" --json > $W/eval$key.json
