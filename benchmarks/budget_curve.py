@@ -196,8 +196,7 @@ def write_report(args, rows: list[dict[str, Any]]) -> None:
                         key=lambda r: (r["target"], ARMS.index(r["arm"]), r["budget"], r["seed"])):
             lines.append(f"| {r['target']:g}x | {r['arm']} | {r['budget']} | {r['seed']} | {_score(r, name)} |")
         lines.append("")
-    # the machine once: each row's load is in the line below
-    machines = {common.machine_line(r["machine"]).split(", 1-min load")[0] for r in done if "machine" in r}
+    machines = {common.machine_line(r["machine"], load=False) for r in done if "machine" in r}  # loads: below
     loads = [x for r in done for x in (r.get("load_start") or [])[:1] + (r.get("load_end") or [])[:1]]
     lines += ["Machine: " + "; ".join(sorted(machines)),
               f"Load average (1 min) at the runs' starts and ends: {min(loads):.1f}-{max(loads):.1f}." if loads else ""]

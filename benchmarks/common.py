@@ -53,12 +53,15 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def machine_line(info: dict[str, Any]) -> str:
+def machine_line(info: dict[str, Any], *, load: bool = True) -> str:
+    """The machine, its software and (``load``) the load average the run started and ended at."""
     line = (
         f"{info['cpu']}, {info['logical_cpus']} logical CPUs, torch {info['torch']} "
-        f"({info['torch_threads']} thread{'' if info['torch_threads'] == 1 else 's'}), transformers {info['transformers']}, {info['date']}, "
-        f"1-min load average at start {info['load_average_at_start'][0]:.2f}"
+        f"({info['torch_threads']} thread{'' if info['torch_threads'] == 1 else 's'}), transformers {info['transformers']}, {info['date']}"
     )
+    if not load:
+        return line
+    line += f", 1-min load average at start {info['load_average_at_start'][0]:.2f}"
     if "load_average_at_end" in info:
         line += f", at end {info['load_average_at_end'][0]:.2f}"
     return line

@@ -20,15 +20,31 @@ W=${W:-/work/runs/rt47}
 X2=${X2:-/work/runs/emb/x2/stages/08-final}
 TEACHER=${TEACHER:-/work/runs/rf/sst2/run/01-teacher}
 X6=${X6:-/work/runs/rf/sst2/budget/all-20m-x6-s0/stages/14-final}
+# each step is skipped where its output exists (the script resumes; delete a file to measure it again)
+both_int8() {  # MODEL NAME EXPORT-FLAGS...: W/NAME-ort (ONNX Runtime dynamic int8) and W/NAME-ov (OpenVINO NNCF int8)
+  local model=$1 name=$2; shift 2
+  [ -d $W/$name-ort ] || ghostify export $model -o $W/$name-ort --format onnx --quantize int8 "$@"
+  [ -d $W/$name-ov ] || ghostify export $model -o $W/$name-ov --format openvino --quantize int8 "$@"
+}
+score() {  # LABEL GRAPH EVAL-FLAGS...: its metrics, kept in W/eval<path>.json
+  local label=$1 graph=$2 key; shift 2
+  key=$(echo $graph | tr '/' '_')
+  [ -f $W/eval$key.json ] || ghostify eval $graph "$@" --json > $W/eval$key.json
+  echo "$label $graph $(python -c "import json; print(json.load(open('$W/eval$key.json'))['metrics'])")"
+}
+timed() {  # OUT GRAPHS...: timed taking turns, batch 1 x 128, 1 thread
+  local out=$1; shift
+  uptime
+  [ -f $W/$out ] || ghostify bench "$@" --seq-len 128 --threads 1 --rounds 60 --warmup 5 --json > $W/$out
+  uptime
+}
+
 DATA=(--task embeddings --dataset $SHARED/data/glue/stsb --text-columns sentence1,sentence2)
 for name in dense x2; do
   if [ $name = dense ]; then M=$SHARED/models/all-MiniLM-L6-v2; else M=$X2; fi
-  [ -d $W/$name-ort ] || ghostify export $M -o $W/$name-ort --format onnx --quantize int8 "${DATA[@]}"
-  [ -d $W/$name-ov ] || ghostify export $M -o $W/$name-ov --format openvino --quantize int8 "${DATA[@]}"
+  both_int8 $M $name "${DATA[@]}"
   for g in $M $W/$name-ort/model.onnx $W/$name-ort/model_int8.onnx $W/$name-ov/model.xml $W/$name-ov/model_int8.xml; do
-    key=$(echo $g | tr '/' '_')
-    [ -f $W/eval$key.json ] || ghostify eval $g "${DATA[@]}" --json > $W/eval$key.json
-    echo "$name $g $(python -c "import json,sys; print(json.load(open('$W/eval$key.json'))['metrics'])")"
+    score $name $g "${DATA[@]}"
   done
 done
 
@@ -36,19 +52,10 @@ done
 # timed side by side (batch 1 x 128, 1 thread); plus SST-2 accuracy of the OpenVINO int8 graph
 S=(--task sst2 --dataset $SHARED/data/glue)
 T=$TEACHER; C=$X6
-[ -d $W/t-ort ] || ghostify export $T -o $W/t-ort --format onnx --quantize int8 "${S[@]}"
-[ -d $W/t-ov ] || ghostify export $T -o $W/t-ov --format openvino --quantize int8 "${S[@]}"
-[ -d $W/c-ort ] || ghostify export $C -o $W/c-ort --format onnx --quantize int8 "${S[@]}"
-[ -d $W/c-ov ] || ghostify export $C -o $W/c-ov --format openvino --quantize int8 "${S[@]}"
-for g in $W/c-ort/model_int8.onnx $W/c-ov/model_int8.xml $C; do
-  key=$(echo $g | tr '/' '_')
-  [ -f $W/eval$key.json ] || ghostify eval $g "${S[@]}" --json > $W/eval$key.json
-  echo "x6 $g $(python -c "import json; print(json.load(open('$W/eval$key.json'))['metrics'])")"
-done
-uptime
-[ -f $W/bench_x6.json ] || ghostify bench $W/t-ort/model_int8.onnx $W/c-ort/model_int8.onnx $W/t-ov/model_int8.xml \
-  $W/c-ov/model_int8.xml --seq-len 128 --threads 1 --rounds 60 --warmup 5 --json > $W/bench_x6.json
-uptime
+both_int8 $T t "${S[@]}"
+both_int8 $C c "${S[@]}"
+for g in $W/c-ort/model_int8.onnx $W/c-ov/model_int8.xml $C; do score x6 $g "${S[@]}"; done
+timed bench_x6.json $W/t-ort/model_int8.onnx $W/c-ort/model_int8.onnx $W/t-ov/model_int8.xml $W/c-ov/model_int8.xml
 ghostify info $T --json > $W/info_t.json; ghostify info $C --json > $W/info_c.json
 
 # item 2 on NER and item 4 at 3x: the CoNLL-2003 teacher and its 3x budget-curve result (F1 in each int8 runtime
@@ -63,23 +70,10 @@ N=("${NX[@]}" --tags-column ner_labels --tag-scheme IOB2)
 for name in conll-t conll-x3; do
   if [ $name = conll-t ]; then M=$CONLL_T; else M=$CONLL_X3; fi
   [ -d "$M" ] || { echo "skipping $name: no model at '$M'"; continue; }
-  [ -d $W/$name-ort ] || ghostify export $M -o $W/$name-ort --format onnx --quantize int8 "${NX[@]}"
-  [ -d $W/$name-ov ] || ghostify export $M -o $W/$name-ov --format openvino --quantize int8 "${NX[@]}"
-  for g in $M $W/$name-ort/model_int8.onnx $W/$name-ov/model_int8.xml; do
-    key=$(echo $g | tr '/' '_')
-    [ -f $W/eval$key.json ] || ghostify eval $g "${N[@]}" --json > $W/eval$key.json
-    echo "$name $g $(python -c "import json; print(json.load(open('$W/eval$key.json'))['metrics'])")"
-  done
+  both_int8 $M $name "${NX[@]}"
+  for g in $M $W/$name-ort/model_int8.onnx $W/$name-ov/model_int8.xml; do score $name $g "${N[@]}"; done
 done
-[ -d $W/c3-ort ] || ghostify export $X3 -o $W/c3-ort --format onnx --quantize int8 "${S[@]}"
-[ -d $W/c3-ov ] || ghostify export $X3 -o $W/c3-ov --format openvino --quantize int8 "${S[@]}"
-for g in $W/c3-ort/model_int8.onnx $W/c3-ov/model_int8.xml $X3; do
-  key=$(echo $g | tr '/' '_')
-  [ -f $W/eval$key.json ] || ghostify eval $g "${S[@]}" --json > $W/eval$key.json
-  echo "x3 $g $(python -c "import json; print(json.load(open('$W/eval$key.json'))['metrics'])")"
-done
-uptime
-[ -f $W/bench_x3.json ] || ghostify bench $W/t-ort/model_int8.onnx $W/c3-ort/model_int8.onnx $W/t-ov/model_int8.xml \
-  $W/c3-ov/model_int8.xml --seq-len 128 --threads 1 --rounds 60 --warmup 5 --json > $W/bench_x3.json
-uptime
+both_int8 $X3 c3 "${S[@]}"
+for g in $W/c3-ort/model_int8.onnx $W/c3-ov/model_int8.xml $X3; do score x3 $g "${S[@]}"; done
+timed bench_x3.json $W/t-ort/model_int8.onnx $W/c3-ort/model_int8.onnx $W/t-ov/model_int8.xml $W/c3-ov/model_int8.xml
 ghostify info $X3 --json > $W/info_c3.json
