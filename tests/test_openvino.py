@@ -22,7 +22,7 @@ from ghostify import load_model, steps
 from ghostify.export.onnx import example_batch, input_names
 from ghostify.export.runtime import GraphModel
 from ghostify.runtimes import graph_of, target
-from ghostify.testing import tiny_checkpoint, write_toy_dataset
+from ghostify.testing import tiny_checkpoint, write_toy_dataset, write_toy_ner_dataset
 
 from .conftest import every_day_params, run_cli
 
@@ -182,3 +182,29 @@ def test_latency_probes_run_in_the_int8_graph(tmp_path):
     with torch.no_grad():
         batch = example_batch(net.config, input_names(net), 1, 16, seed=0, padded=False)
         assert GraphModel(graph)(**batch).logits.shape == net(**batch).logits.shape
+
+
+def test_calibration_reads_a_dataset_whose_columns_are_named_as_for_training(tmp_path, capsys):
+    """A token classifier's own data with its words in `words` and its tags in `labels`: export calibrates on it
+    given the columns (as finetune and eval are), and so does a graph compress only times."""
+    import datasets
+
+    from ghostify.settings import DataSettings, TaskSettings
+    from ghostify.steps.timed_graphs import timed_graph
+
+    source = tiny_checkpoint(tmp_path / "model", head="token-classification", num_labels=5)
+    toy = datasets.load_from_disk(str(write_toy_ner_dataset(tmp_path / "toy", train=24, validation=8)))
+    toy.rename_columns({"tokens": "words", "ner_tags": "labels"}).save_to_disk(str(tmp_path / "ner"))
+    base = ["export", source, "--format", "openvino", "--quantize", "int8", "--dataset", tmp_path / "ner",
+            "--calibration-samples", "12"]
+    code, _, err = run_cli(capsys, *base, "-o", tmp_path / "preset", "--task", "conll2003")
+    assert code != 0 and err.count("\n") == 1 and "tokens" in err  # the preset's column is not there
+    assert not (tmp_path / "preset").exists()
+    code, out, err = run_cli(capsys, *base, "-o", tmp_path / "ov", "--tokens-column", "words", "--tags-column",
+                             "labels", "--json")
+    assert code == 0, err
+    assert json.loads(out)["calibration_samples"] == 12 and (tmp_path / "ov" / "model_int8.xml").is_file()
+    timed = timed_graph(source, tmp_path / "timed", target("openvino-int8"), seq_len=16,
+                        data=DataSettings(dataset=str(tmp_path / "ner")),
+                        task_settings=TaskSettings(tokens_column="words", tags_column="labels"))
+    assert Path(timed).name == "model_int8.xml"

@@ -147,7 +147,7 @@ class _Run:
         self.embeddings = task_kind(settings.data, settings.task_settings).name == "embeddings"
         # every training stage reads the teacher's outputs from one store (a budget that trains)
         self.store = str(self.run_dir / TEACHER_STORE) if settings.chosen.trains else None
-        self.dense_exports = DenseExports(settings.data)
+        self.dense_exports = DenseExports(settings.data, settings.task_settings)
         self.clock = _Clock(settings.seconds)
 
     @property

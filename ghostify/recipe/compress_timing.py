@@ -12,7 +12,7 @@ from typing import Any
 
 from ..latency_model import Deployment
 from ..runtimes import installed_deployments, target
-from ..settings import BenchDefaults, DataSettings
+from ..settings import BenchDefaults, DataSettings, TaskSettings
 from ..steps import bench
 from ..steps.deployments import chosen_deployment, dense_graphs, deployment_rows, fastest
 from ..steps.timed_graphs import timed_graph
@@ -26,10 +26,10 @@ def graph_name(runtime: str) -> str:
 
 class DenseExports:
     """The dense model in the target runtime, exported once per compress run: every check times against it
-    (``data``: the task's, for a runtime whose int8 quantisation is calibrated)."""
+    (``data`` and ``task_settings``: the task's, for a runtime whose int8 quantisation is calibrated)."""
 
-    def __init__(self, data: DataSettings | None = None) -> None:
-        self.data = data
+    def __init__(self, data: DataSettings | None = None, task_settings: TaskSettings = TaskSettings()) -> None:
+        self.data, self.task_settings = data, task_settings
         self._directory: tempfile.TemporaryDirectory | None = None
         self._graphs: dict[str, str] = {}
 
@@ -38,7 +38,7 @@ class DenseExports:
             if self._directory is None:
                 self._directory = tempfile.TemporaryDirectory(prefix="ghostify-compress-dense-")
             directory = Path(self._directory.name) / f"dense-{len(self._graphs)}"
-            self._graphs[str(model)] = in_runtime(model, directory, deployment, self.data)
+            self._graphs[str(model)] = in_runtime(model, directory, deployment, self.data, self.task_settings)
         return self._graphs[str(model)]
 
     def close(self) -> None:
@@ -48,21 +48,21 @@ class DenseExports:
 
 def measure(dense: Path, compressed: Path, deployment: Deployment, rounds: int, *,
             shipped_is_export: bool = False, dense_exports: DenseExports | None = None,
-            data: DataSettings | None = None, every_deployment: bool = False) -> dict[str, Any]:
+            every_deployment: bool = False) -> dict[str, Any]:
     """The dense and the compressed model taking turns in the target runtime: medians and spread
-    (``dense_exports``: where the dense model's export is kept between checks). ``every_deployment``: the dense
-    model in every other installed deployment takes turns with them too, and the result says which ran it fastest
-    and the speed-up over that (``fastest_dense``)."""
+    (``dense_exports``: where the dense model's export is kept between checks, and the task data that calibrates an
+    int8 graph). ``every_deployment``: the dense model in every other installed deployment takes turns with them
+    too, and the result says which ran it fastest and the speed-up over that (``fastest_dense``)."""
     with tempfile.TemporaryDirectory(prefix="ghostify-compress-") as tmp:
-        data = data if data is not None else dense_exports.data if dense_exports is not None else None
-        if dense_exports is not None:
-            models = [dense_exports.get(dense, deployment)]
-        else:
-            models = [in_runtime(dense, Path(tmp) / "dense", deployment, data)]
+        exports = dense_exports if dense_exports is not None else DenseExports()  # no task data: random calibration
+        data, task_settings = exports.data, exports.task_settings
+        models = [exports.get(dense, deployment) if dense_exports is not None else
+                  in_runtime(dense, Path(tmp) / "dense", deployment)]
         models.append(compressed if shipped_is_export else
-                      in_runtime(compressed, Path(tmp) / "compressed", deployment, data))
+                      in_runtime(compressed, Path(tmp) / "compressed", deployment, data, task_settings))
         others = [n for n in installed_deployments() if n != deployment.runtime] if every_deployment else []
-        graphs = dense_graphs(dense, Path(tmp) / "others", others, seq_len=deployment.seq_len, data=data)
+        graphs = dense_graphs(dense, Path(tmp) / "others", others, seq_len=deployment.seq_len, data=data,
+                              task_settings=task_settings)
         rows = bench([*models, *(graphs[n] for n in others)], batch_size=deployment.batch_size,
                      seq_len=deployment.seq_len, threads=deployment.threads, rounds=rounds,
                      warmup=max(1, BenchDefaults.warmup))
@@ -97,15 +97,17 @@ def over_fastest(dense_rows: list[dict[str, Any]], compressed_ms: float) -> dict
 def chosen_runtime(settings: CompressSettings, say: Callable[[str], None]) -> CompressSettings:
     """``settings`` with ``--runtime auto`` resolved: the installed deployment that runs the dense model fastest in
     the deployment's shape (timed on a few of the task's examples, or read from this machine's cache)."""
-    deployment = chosen_deployment(settings.model, settings.deployment, data=settings.data, rounds=settings.rounds,
-                                   say=say)
+    deployment = chosen_deployment(settings.model, settings.deployment, data=settings.data,
+                                   task_settings=settings.task_settings, rounds=settings.rounds, say=say)
     return settings if deployment == settings.deployment else dataclasses.replace(settings, deployment=deployment)
 
 
-def in_runtime(model: Path, directory: Path, deployment: Deployment, data: DataSettings | None = None) -> str:
+def in_runtime(model: Path, directory: Path, deployment: Deployment, data: DataSettings | None = None,
+               task_settings: TaskSettings = TaskSettings()) -> str:
     """``model`` as the target runtime runs it: the checkpoint itself, or its graph (a calibrated int8 one on a
-    few of ``data``'s training examples)."""
-    return timed_graph(model, directory, target(deployment.runtime), seq_len=deployment.seq_len, data=data)
+    few of ``data``'s training examples, read with ``task_settings``' columns)."""
+    return timed_graph(model, directory, target(deployment.runtime), seq_len=deployment.seq_len, data=data,
+                       task_settings=task_settings)
 
 
 __all__ = ["DenseExports", "chosen_runtime", "graph_name", "in_runtime", "measure", "over_fastest"]

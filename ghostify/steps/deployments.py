@@ -23,7 +23,7 @@ from ..errors import GhostifyError
 from ..latency_model import Deployment
 from ..record import RECORD_KEY
 from ..runtimes import AUTO, Target, graph_of, installed_deployments, target
-from ..settings import BenchDefaults, DataSettings
+from ..settings import BenchDefaults, DataSettings, TaskSettings
 from .bench import bench, check_counts, check_memory, check_positions
 from .machine_cache import cache_dir, machine_key, measuring, store
 from .timed_graphs import timed_graph
@@ -43,6 +43,7 @@ def dense_deployments(
     rounds: int = BenchDefaults.rounds,
     warmup: int = BenchDefaults.warmup,
     data: DataSettings | None = None,
+    task_settings: TaskSettings = TaskSettings(),
     refresh: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
@@ -50,7 +51,7 @@ def dense_deployments(
     runtimes of ``ghostify.runtimes`` whose packages are here), timed taking turns on ``batch_size`` x ``seq_len``
     random ids on ``threads`` threads: one row per deployment (:func:`deployment_rows`: medians, the clock the
     choice reads, the speed-up against the first row), the fastest marked. A calibrated int8 quantisation reads a
-    few training examples of ``data``'s task, else random ids. From the cache when this model's structure was timed
+    few training examples of ``data``'s task (``task_settings``: its columns), else random ids. From the cache when this model's structure was timed
     in this shape on this machine before (``refresh`` times it again and caches that).
 
     Example:
@@ -77,7 +78,8 @@ def dense_deployments(
             say(f"timed before on this machine: {path}")
             return rows
         with tempfile.TemporaryDirectory(prefix="ghostify-deployments-") as tmp:
-            paths = dense_graphs(model, Path(tmp), names, seq_len=seq_len, data=data, say=say)
+            paths = dense_graphs(model, Path(tmp), names, seq_len=seq_len, data=data, task_settings=task_settings,
+                                 say=say)
             say(f"timing the dense model in {len(names)} deployments x {rounds} rounds (batch {batch_size} x "
                 f"{seq_len} tokens, {threads} thread(s))")
             timed = bench([paths[n] for n in names], batch_size=batch_size, seq_len=seq_len, threads=threads,
@@ -101,7 +103,8 @@ def structure_digest(config: Any) -> str:
 
 
 def dense_graphs(model: str | os.PathLike, directory: Path, names: Sequence[str], *, seq_len: int,
-                 data: DataSettings | None = None, say: Callable[[str], None] = lambda line: None) -> dict[str, str]:
+                 data: DataSettings | None = None, task_settings: TaskSettings = TaskSettings(),
+                 say: Callable[[str], None] = lambda line: None) -> dict[str, str]:
     """The checkpoint ``model`` as each deployment of ``names`` runs it (:func:`ghostify.steps.timed_graphs
     .timed_graph`): the checkpoint for PyTorch, else a graph in ``directory``, one export per runtime (its int8
     graph beside the full-precision one where ``names`` has both)."""
@@ -115,7 +118,8 @@ def dense_graphs(model: str | os.PathLike, directory: Path, names: Sequence[str]
         if not out.exists():
             int8 = any(target(n).int8 and target(n).runtime.name == chosen.runtime.name for n in names)
             say(f"exporting {model} to {chosen.runtime.title}{' (and int8)' if int8 else ''} to time it")
-            timed_graph(model, out, Target(chosen.runtime, int8=int8), seq_len=seq_len, data=data)
+            timed_graph(model, out, Target(chosen.runtime, int8=int8), seq_len=seq_len, data=data,
+                        task_settings=task_settings)
         paths[name] = str(out / chosen.graph)
     return paths
 
@@ -144,6 +148,7 @@ def fastest(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def chosen_deployment(model: str | os.PathLike, deployment: Deployment, *, data: DataSettings | None = None,
+                      task_settings: TaskSettings = TaskSettings(),
                       rounds: int = BenchDefaults.rounds, warmup: int = BenchDefaults.warmup,
                       say: Callable[[str], None] = lambda line: None) -> Deployment:
     """``deployment`` as it is, or where its runtime is ``auto``, with the fastest installed deployment of the
@@ -151,7 +156,8 @@ def chosen_deployment(model: str | os.PathLike, deployment: Deployment, *, data:
     if deployment.runtime != AUTO:
         return deployment
     rows = dense_deployments(model, batch_size=deployment.batch_size, seq_len=deployment.seq_len,
-                             threads=deployment.threads, rounds=rounds, warmup=warmup, data=data, progress=say)
+                             threads=deployment.threads, rounds=rounds, warmup=warmup, data=data,
+                             task_settings=task_settings, progress=say)
     best = fastest(rows)
     others = ", ".join(f"{r['deployment']} {r['ms']:.2f}" for r in sorted(rows, key=lambda r: r["ms"]) if r is not best)
     say(f"--runtime auto: {best['deployment']} ({best['title']}) runs the dense model fastest here, {best['ms']:.2f} ms "

@@ -55,6 +55,7 @@ def export(
     label_column: str | None = None,
     max_length: int = DataSettings.max_length,
     calibration_samples: int = ExportDefaults.calibration_samples,
+    task_settings: TaskSettings = TaskSettings(),
     push_to_hub: str | None = None,
     private: bool = False,
     revision: str | None = None,
@@ -70,8 +71,8 @@ def export(
     family-independent groups of ``settings.MODULE_GROUPS``, e.g. ``task-head``) stay in floating
     point. A runtime whose int8 quantisation is calibrated (static int8) reads
     ``calibration_samples`` training examples of ``task`` on ``dataset`` (``text_columns``,
-    ``label_column``, ``max_length`` as for training; no task: the one the checkpoint's history
-    names). Either writes a ``README.md`` model card. ``push_to_hub="org/name"`` then uploads
+    ``label_column``, ``max_length`` and ``task_settings``' columns as for training; no task: the one
+    the checkpoint's history names). Either writes a ``README.md`` model card. ``push_to_hub="org/name"`` then uploads
     the finished directory as one commit (``private``: a new repository is private; ``revision``: a
     branch; ``token``: default HF_TOKEN or the saved login), checked before the export starts.
     Returns what was written, the largest differences measured and where it was pushed.
@@ -107,7 +108,7 @@ def export(
     data = DataSettings(task=task, dataset=dataset, text_columns=text_columns, label_column=label_column,
                         max_length=max_length)
     # the examples are read before the model: a dataset that does not fit the task is refused first
-    examples = _calibration_rows(model, data, calibration_samples) if calibrated else None
+    examples = _calibration_rows(model, data, task_settings, calibration_samples) if calibrated else None
     net = load_model(model)
     kept_modules = resolve_keep_fp32(net, keep_fp32)
     calibration = examples(input_names(net)) if examples is not None else []
@@ -157,20 +158,21 @@ def _int8_runtimes() -> list[Runtime]:
     return [r for r in graph_runtimes() if r.int8_graph is not None]
 
 
-def _calibration_rows(model: str | os.PathLike, data: DataSettings, samples: int):
+def _calibration_rows(model: str | os.PathLike, data: DataSettings, task_settings: TaskSettings, samples: int):
     """A seeded random subset of ``samples`` training examples of ``data``'s task, encoded as training encodes
-    them; returns a function of the graph's input names that makes them one input batch each (numpy), unpadded,
-    as a deployment feeds them. No task named: the one the checkpoint's history names."""
-    if data.task is None and data.text_columns is None:
+    them (with ``task_settings``' columns and windows); returns a function of the graph's input names that makes
+    them one input batch each (numpy), unpadded, as a deployment feeds them. No task named: the one the checkpoint's history names."""
+    if data.task is None and data.text_columns is None and not any(task_settings.columns().values()):
         found = recorded_task(model)
         if found is None:
             raise GhostifyError("--quantize int8 of this runtime calibrates on training examples of the model's task, "
-                                f"and {model}'s history names none: pass --task (and --dataset)")
+                                f"and {model}'s history names none: pass --task (and --dataset), or a dataset's columns (--text-columns, "
+                                "--tokens-column, --question-column, ...)")
         task, dataset = found
         data = replace(data, task=task, dataset=data.dataset if data.dataset != DEFAULT_DATASET else dataset)
         err.print(f"export: calibrating on task {task} of {data.dataset}, from the history of {model} (pass --task to "
                   "choose another)")
-    kind = task_kind(data, TaskSettings())
+    kind = task_kind(data, task_settings)
     dataset = dataset_for(kind.preset, data.dataset)
     check_max_length(data.max_length, model)
     kind.for_model(load_config(model))

@@ -14,7 +14,7 @@ from typing import Any
 from ..checkpoint import load_config, load_model
 from ..export.onnx import example_batch, input_names, write_graph
 from ..runtimes import INT8, Target
-from ..settings import DataSettings
+from ..settings import DataSettings, TaskSettings
 from .export import export
 
 #: training examples a calibrated int8 quantisation reads for a graph that is only timed (a shipped graph reads
@@ -31,10 +31,10 @@ def random_calibration(config: Any, inputs: list[str], length: int, count: int =
 
 
 def timed_graph(model: str | os.PathLike, directory: Path, chosen: Target, *, seq_len: int,
-                data: DataSettings | None = None) -> str:
+                data: DataSettings | None = None, task_settings: TaskSettings = TaskSettings()) -> str:
     """The checkpoint ``model`` as the deployment ``chosen`` runs it: the checkpoint itself, or its graph written
     into ``directory`` (which must not exist), with its int8 graph beside the full-precision one where ``chosen`` is
-    int8. With ``data``, as ``ghostify export`` writes it (a calibrated int8 quantisation reads
+    int8. With ``data`` (and ``task_settings``: its columns), as ``ghostify export`` writes it (a calibrated int8 quantisation reads
     :data:`TIMING_CALIBRATION` training examples of its task); without, the bare graph and the config that running
     it reads, a calibrated quantisation reading random ids of ``seq_len`` tokens."""
     if chosen.graph is None:
@@ -46,7 +46,7 @@ def timed_graph(model: str | os.PathLike, directory: Path, chosen: Target, *, se
         if calibrated:
             calibration = {"task": data.task, "dataset": data.dataset, "text_columns": data.text_columns,
                            "label_column": data.label_column, "max_length": data.max_length,
-                           "calibration_samples": TIMING_CALIBRATION}
+                           "calibration_samples": TIMING_CALIBRATION, "task_settings": task_settings}
         export(model, directory, format=chosen.runtime.name, quantize=quantize, **calibration)
     else:
         net = load_model(model)

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from ...runtimes import graph_runtimes
-from ...settings import MODULE_GROUPS, DataSettings, ExportDefaults
+from ...settings import MODULE_GROUPS, DataSettings, ExportDefaults, TaskSettings
 from ..app import app
 from ..console import err, print_json
 from ..options import (
@@ -18,9 +18,9 @@ from ..options import (
     Overwrite,
     Task,
     TextColumns,
-    split_columns,
     split_names,
 )
+from ..settings_options import settings_options
 
 _FORMATS = "; ".join(f"{r.name}: {r.summary}" for r in graph_runtimes())
 _INT8 = "; ".join(f"--format {r.name}: {r.int8_graph}, {r.int8_summary}" for r in graph_runtimes() if r.int8_graph)
@@ -34,11 +34,14 @@ _CALIBRATED = [r.name for r in graph_runtimes() if r.int8_graph and r.calibrated
     + "".join(f"ghostify export runs/quick/06-final -o runs/quick/{name} --format {name} --quantize int8 --task sst2 "
               "--dataset ../shared/data/glue\n\n" for name in _CALIBRATED) +
     "ghostify export runs/quick/06-final -o runs/quick/hf --push-to-hub my-org/minilm-ghost --private\n\n"
+    "ghostify export out/ner -o out/ner-openvino --format openvino --quantize int8 --dataset my_ner.jsonl --task conll2003 --tokens-column words --tags-column labels\n\n"
     "ghostify eval runs/quick/onnx/model_int8.onnx --task sst2 --dataset ../shared/data/glue",
 )
+@settings_options
 def export(
     model: Model,
     output: Output,
+    *,
     format: Annotated[str, typer.Option("--format", help="hf: a transformers directory that loads without ghostify (trust_remote_code=True); " + _FORMATS + ".")] = ExportDefaults.format,
     quantize: Annotated[Optional[str], typer.Option("--quantize", help="int8: also write the int8 graph (" + _INT8 + ").", show_default=False)] = None,
     keep_fp32: Annotated[Optional[str], typer.Option("--keep-fp32", help="With --quantize int8: modules that stay in floating point in the int8 graph, comma-separated module names or fnmatch patterns of them (e.g. qa_outputs, '*.output.dense', bert.encoder.layer.5) or, in any family, one of the groups " + "; ".join(f"{name} ({what})" for name, what in MODULE_GROUPS.items()) + ". Everything inside a module named stays fp32.", show_default=False)] = None,
@@ -48,6 +51,7 @@ def export(
     label_column: LabelColumn = None,
     max_length: MaxLength = DataSettings.max_length,
     calibration_samples: Annotated[int, typer.Option("--calibration-samples", min=1, help="With --quantize int8 of a runtime whose int8 graph is calibrated (" + ", ".join(_CALIBRATED) + "): training examples of --task (a seeded random subset) that set the int8 ranges; --task defaults to the one the model's history names.")] = ExportDefaults.calibration_samples,
+    task_settings: TaskSettings,
     push_to_hub: Annotated[Optional[str], typer.Option("--push-to-hub", help="Then upload the export to this Hugging Face Hub repository (ORG/NAME), as one commit; the repository is created if it does not exist.", show_default=False)] = None,
     private: Annotated[bool, typer.Option("--private", help="With --push-to-hub: create the repository private.")] = False,
     revision: Annotated[Optional[str], typer.Option("--revision", help="With --push-to-hub: the branch to commit to (created from main if new).", show_default=False)] = None,
@@ -67,7 +71,8 @@ def export(
     A runtime's format (onnx, ...: see --format): its graph, with dynamic batch and sequence axes;
     checked against PyTorch in fp32 on batches of other sizes, lengths and padding (fails above
     1e-4). `--quantize int8` adds its int8 graph (see --quantize); a calibrated one reads
-    --calibration-samples training examples of --task.
+    --calibration-samples training examples of --task (a dataset without a preset: its columns
+    as for training, e.g. --tokens-column, --question-column).
 
     Either writes a `README.md` model card (history, sizes, metrics, how to load it).
     `--push-to-hub ORG/NAME` then uploads the checked export (token and hub checked first).
@@ -76,8 +81,8 @@ def export(
 
     result = steps.export(model, output, format=format, quantize=quantize,
                           keep_fp32=split_names(keep_fp32), task=task, dataset=dataset,
-                          text_columns=split_columns(text_columns), label_column=label_column, max_length=max_length,
-                          calibration_samples=calibration_samples, push_to_hub=push_to_hub, private=private,
+                          text_columns=text_columns, label_column=label_column, max_length=max_length,
+                          calibration_samples=calibration_samples, task_settings=task_settings, push_to_hub=push_to_hub, private=private,
                           revision=revision, token=token, overwrite=overwrite)
     if json_output:
         print_json(result)
