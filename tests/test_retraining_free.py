@@ -346,6 +346,33 @@ def test_mask_tuning_runs_on_every_family_without_shared_layers(family):
         assert r.fit_after <= r.fit_before
 
 
+def test_mask_tuning_reads_at_most_its_tokens():
+    """Its cost grows with tokens: batches are kept while their real tokens fit the limit, never fewer than two."""
+    from ghostify.methods.pruning.apply import within_tokens
+
+    def batch(lengths):  # one row per length, padded to the longest
+        mask = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+        for row, length in enumerate(lengths):
+            mask[row, :length] = 1
+        return {"input_ids": torch.ones_like(mask), "attention_mask": mask}
+
+    batches = [batch([3, 5]), batch([8]), batch([2, 2, 2]), batch([4])]  # 8, 8, 6, 4 real tokens
+    assert within_tokens(batches, 22) == batches[:3]  # 8 + 8 + 6 = 22 fits, the 4 more do not
+    assert within_tokens(batches, 21) == batches[:2]
+    assert within_tokens(batches, 1) == batches[:2]  # one batch to fit on, one held out
+    assert within_tokens(batches, 10**6) == batches
+
+
+def test_long_examples_are_tuned_on_fewer_of_them(tmp_path, scored, monkeypatch):
+    import ghostify.methods.pruning.apply as apply
+
+    monkeypatch.setattr(apply, "TUNE_MAX_TOKENS", 200)  # the toy sentences are 5-12 tokens: a few batches of 4
+    steps.prune(scored, tmp_path / "tuned", width="0.5", tune_masks=32)
+    config = json.loads((tmp_path / "tuned" / "config.json").read_text())
+    examples = config["ghostify"]["history"][-1]["arguments"]["tuned"]["examples"]
+    assert 8 <= examples < 32 and examples % 4 == 0  # whole batches of 4 (32 // 8), their tokens within 200
+
+
 def test_a_tuned_checkpoint_saves_loads_and_exports_like_any_pruned_one(tmp_path, scored, capsys):
     code, out, err = run_cli(capsys, "prune", scored, "-o", tmp_path / "tuned", "--width", "0.5", "--tune-masks", "32")
     assert code == 0, err

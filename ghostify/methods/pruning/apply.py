@@ -25,7 +25,7 @@ from .latency_allocation import (check_reachable, comparable_scores, current_wid
                                  select_for_latency)
 from .modules import prune_layer
 from .rearrange import gram, objective, rearrange
-from .settings import TUNE_BATCH_SIZE, TUNE_MIN_EXAMPLES, PruneSettings
+from .settings import TUNE_BATCH_SIZE, TUNE_MAX_TOKENS, TUNE_MIN_EXAMPLES, PruneSettings
 from .tuning import check_tunable, tune_masks
 
 
@@ -209,7 +209,8 @@ def tuning_examples(data: Any, source: str, count: int, context: Context) -> Exa
                             "`ghostify prune` or `ghostify.steps.prune`")
     # an eighth of the batches (at least one) is held out to check the scales on
     examples = context.examples(context.source, data, count, context.seed, max(1, min(TUNE_BATCH_SIZE, count // 8)))
-    batches = examples.batches
+    batches = within_tokens(examples.batches, TUNE_MAX_TOKENS)
+    examples = replace(examples, batches=batches)
     if len(batches) < 2:
         found = sum(len(b["input_ids"]) for b in batches)
         fix = (f"ask for --tune-masks {found}" if TUNE_MIN_EXAMPLES <= found < count else
@@ -217,6 +218,19 @@ def tuning_examples(data: Any, source: str, count: int, context: Context) -> Exa
         raise GhostifyError(f"--tune-masks {count} found {found} training example(s) in the scores' data; it needs at "
                             f"least two batches (one held out to check the scales): {fix}")
     return examples
+
+
+def within_tokens(batches: Sequence[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """The first of ``batches`` whose real tokens (their attention masks' ones) add up to at most ``limit``, and never
+    fewer than two batches (one is held out)."""
+    kept, tokens = [], 0
+    for batch in batches:
+        mask = batch.get("attention_mask")
+        tokens += int(mask.sum()) if mask is not None else int(batch["input_ids"].numel())
+        if tokens > limit and len(kept) >= 2:
+            break
+        kept.append(batch)
+    return kept
 
 
 def tuned(model: nn.Module, teacher: nn.Module, examples: Examples) -> dict[str, Any]:

@@ -24,6 +24,11 @@ ALLOCATIONS = ("uniform", "global")
 TUNE_MIN_EXAMPLES = 16
 #: examples per forward pass of mask tuning (fewer when there are under 8 batches of them)
 TUNE_BATCH_SIZE = 32
+#: the most real (unpadded) tokens mask tuning reads: its cost grows with tokens, not examples. 2,048 sentences of
+#: SST-2 or CoNLL-2003 are 40-60k tokens (about a minute on 2 CPU cores); 2,048 questions of SQuAD in windows of 256
+#: tokens are 600k (11 minutes, more than half of a 20-minute compress budget), and the least squares have at most a
+#: few thousand unknowns per layer, which this many token rows determine well
+TUNE_MAX_TOKENS = 2**17
 
 
 @dataclass(frozen=True)
@@ -53,8 +58,9 @@ class PruneSettings:
                               "layer keeps by the layer's block of the Fisher information (units that matter "
                               "together), keeping the counts the widths or --speedup chose.")
     tune_masks: int = setting(0, help="Tune the kept heads' and neurons' scales by least squares on this many "
-                              "unlabelled training examples of the scores' data, so that each pruned layer "
-                              "reproduces the unpruned one (0: no tuning); folded into the weights.")
+                              "unlabelled training examples of the scores' data (at most their first "
+                              f"{TUNE_MAX_TOKENS:,} tokens), so that each pruned layer reproduces the unpruned one "
+                              "(0: no tuning); folded into the weights.")
 
     def __post_init__(self) -> None:
         """Every refusal the settings alone can get, each in one line, in the order a reader checks them."""
