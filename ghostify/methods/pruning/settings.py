@@ -25,7 +25,7 @@ TUNE_MIN_EXAMPLES = 16
 #: examples per forward pass of mask tuning (fewer when there are under 8 batches of them)
 TUNE_BATCH_SIZE = 32
 #: the most real (unpadded) tokens mask tuning reads: its cost grows with tokens, not examples. 2,048 sentences of
-#: SST-2 or CoNLL-2003 are 40-60k tokens (about a minute on 2 CPU cores); 2,048 questions of SQuAD in windows of 256
+#: SST-2 or CoNLL-2003 are 27-40k tokens (about a minute on 2 CPU cores); 2,048 questions of SQuAD in windows of 256
 #: tokens are 600k (11 minutes, more than half of a 20-minute compress budget), and the least squares have at most a
 #: few thousand unknowns per layer, which this many token rows determine well
 TUNE_MAX_TOKENS = 2**17
