@@ -184,6 +184,7 @@ def test_latency_probes_run_in_the_int8_graph(tmp_path):
         assert GraphModel(graph)(**batch).logits.shape == net(**batch).logits.shape
 
 
+@pytest.mark.slow  # two OpenVINO int8 exports (~20 s): the full run's; every day the calibration test above runs
 def test_calibration_reads_a_dataset_whose_columns_are_named_as_for_training(tmp_path, capsys):
     """A token classifier's own data with its words in `words` and its tags in `labels`: export calibrates on it
     given the columns (as finetune and eval are), and so does a graph compress only times."""
