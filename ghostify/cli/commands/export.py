@@ -82,8 +82,8 @@ def export(
     result = steps.export(model, output, format=format, quantize=quantize,
                           keep_fp32=split_names(keep_fp32), task=task, dataset=dataset,
                           text_columns=text_columns, label_column=label_column, max_length=max_length,
-                          calibration_samples=calibration_samples, task_settings=task_settings, push_to_hub=push_to_hub, private=private,
-                          revision=revision, token=token, overwrite=overwrite)
+                          calibration_samples=calibration_samples, task_settings=task_settings,
+                          push_to_hub=push_to_hub, private=private, revision=revision, token=token, overwrite=overwrite)
     if json_output:
         print_json(result)
         return
