@@ -51,8 +51,9 @@ def dense_deployments(
     runtimes of ``ghostify.runtimes`` whose packages are here), timed taking turns on ``batch_size`` x ``seq_len``
     random ids on ``threads`` threads: one row per deployment (:func:`deployment_rows`: medians, the clock the
     choice reads, the speed-up against the first row), the fastest marked. A calibrated int8 quantisation reads a
-    few training examples of ``data``'s task (``task_settings``: its columns), else random ids. From the cache when this model's structure was timed
-    in this shape on this machine before (``refresh`` times it again and caches that).
+    few training examples of ``data``'s task (``task_settings``: its columns), else random ids. From the cache when
+    this model's structure was timed in this shape on this machine before (``refresh`` times it again and caches
+    that).
 
     Example:
         >>> rows = dense_deployments("out/teacher", threads=1)          # doctest: +SKIP

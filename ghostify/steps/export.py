@@ -72,8 +72,8 @@ def export(
     point. A runtime whose int8 quantisation is calibrated (static int8) reads
     ``calibration_samples`` training examples of ``task`` on ``dataset`` (``text_columns``,
     ``label_column``, ``max_length`` and ``task_settings``' columns as for training; no task: the one
-    the checkpoint's history names). Either writes a ``README.md`` model card. ``push_to_hub="org/name"`` then uploads
-    the finished directory as one commit (``private``: a new repository is private; ``revision``: a
+    the checkpoint's history names). Either writes a ``README.md`` model card. ``push_to_hub="org/name"``
+    then uploads the finished directory as one commit (``private``: a new repository is private; ``revision``: a
     branch; ``token``: default HF_TOKEN or the saved login), checked before the export starts.
     Returns what was written, the largest differences measured and where it was pushed.
 
