@@ -115,18 +115,26 @@ def on_target(monkeypatch):
     monkeypatch.setattr(compress_module, "_measure", measure)
 
 
-def test_a_time_budget_writes_its_counts_and_they_train_the_same_bytes_again(world, tmp_path, capsys,
+def test_a_time_budget_writes_its_counts_and_they_train_the_same_bytes_again(world, tmp_path, capsys, monkeypatch,
                                                                              fixed_latency, on_target):
+    """Past 2x a time budget takes two stages only where the second's scoring would not cost more than its
+    distillation gets: the first stage predicted to take the whole budget (as 256-token SQuAD windows took half of
+    20 minutes), the run takes one stage and says why, instead of refusing once the first stage is spent."""
+    from ghostify.recipe import time_budget
+
+    monkeypatch.setattr(time_budget, "FIRST_STAGE_SECONDS", 60.0)
     timed = tmp_path / "timed"
-    code, _, err = run_cli(capsys, *_args(world, timed, "--speedup", "1.2", "--budget", "60s", "--stages", "1"))
+    code, _, err = run_cli(capsys, *_args(world, timed, "--speedup", "2.2", "--budget", "60s"))
     assert code == 0, err
+    assert "1 compression stage, not 2" in err
     budget = json.loads((timed / "budget.json").read_text())
     assert len(budget["distill"]) == 1 and budget["finetune"]["epochs"] >= 1
     report = json.loads((timed / "report.json").read_text())
+    assert [s["target"] for s in report["compression_stages"]] == [pytest.approx(2.2)]
     assert report["time"]["budget_seconds"] == 60 and report["time"]["seconds"] > 0
     assert "distillation on" in err and "of 60 s" in err
     again = tmp_path / "again"
-    code, _, err = run_cli(capsys, *_args(world, again, "--speedup", "1.2", "--budget", str(timed / "budget.json")))
+    code, _, err = run_cli(capsys, *_args(world, again, "--speedup", "2.2", "--budget", str(timed / "budget.json")))
     assert code == 0, err
     first, second = _weights(Path(report["model_dir"])), _weights(Path(json.loads(
         (again / "report.json").read_text())["model_dir"]))

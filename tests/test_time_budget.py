@@ -6,7 +6,7 @@ import pytest
 
 from ghostify.errors import GhostifyError
 from ghostify.recipe.time_budget import (FINETUNE_SHARE, MAX_EPOCHS, StageCounts, Throughput, TrainingPlan,
-                                         finetune_counts, parse_duration, plan_training)
+                                         finetune_counts, parse_duration, plan_training, stages_worth_it)
 
 RATES = Throughput(teacher=0.01, distill=0.02, finetune=0.015, evaluate=0.005)
 
@@ -91,6 +91,11 @@ def test_a_later_stage_whose_time_is_spent_trains_the_fewest_steps_and_says_so()
     first.start -= 100
     with pytest.raises(GhostifyError, match="too little to take 8 steps"):
         first.plan_stage(1, 2, RATES, sizes, last=False, finetunes=True, say=said.append)
+    # where the run chose its two stages itself (predicted to fit), the first finishes as a later one does
+    said.clear()
+    result = first.plan_stage(1, 2, RATES, sizes, last=False, finetunes=True, say=said.append, refuse=False)
+    assert result["counts"] == {"max_samples": 256, "epochs": 1}
+    assert sum("fewest steps worth running" in line for line in said) == 1
 
 
 def test_the_first_stage_reserves_its_own_overhead_for_each_later_stage():
@@ -109,3 +114,17 @@ def test_the_first_stage_reserves_its_own_overhead_for_each_later_stage():
     # 1000 s, nothing spent: (1000 - 250 for the fine-tune) / 2 = 375 s of distillation at 0.03 s per new text; 300 s
     # spent, half of it (150 s) reserved for stage 2 and 75 for the end: 475 left, (475 - 118.75) / 2 = 178.125 s
     assert [round(p["counts"]["max_samples"], -1) for p in plans] == [12_500, 5_940]
+
+
+def test_a_stage_is_taken_where_its_distillation_gets_at_least_its_own_setting_up():
+    """The SQuAD part at 3x: the teacher's evaluation (53 s) and scores (198 s with it) predict a first stage of
+    100 + 2.75 x 198 = 644.5 s and a later one of half that, 322.25 s; with the end (53 + 161.125 s) 20 minutes
+    leave 19.125 s to train, whose distillation share per stage (0.75 x 19.125 / 2) is far below 322.25: one stage.
+    40 minutes leave 1,219.125 s, 457.2 s per stage: two."""
+    assert stages_worth_it(1200, 2, scoring=198, evaluation=53) == 1
+    assert stages_worth_it(2400, 2, scoring=198, evaluation=53) == 2
+    # nothing to score: stages of 100 s and 50 s, the end 25 s; two need 0.75 x (s - 175) / 2 >= 50, s >= 308.33;
+    # three 0.75 x (s - 225) / 3 >= 50, s >= 425
+    assert [stages_worth_it(s, 2, scoring=0, evaluation=0) for s in (308, 309)] == [1, 2]
+    assert [stages_worth_it(s, 3, scoring=0, evaluation=0) for s in (424, 425, 10_000)] == [2, 3, 3]
+    assert stages_worth_it(10_000, 1, scoring=0, evaluation=0) == 1

@@ -59,12 +59,14 @@ from .run import run as run_recipe
 from .schema import Recipe
 from .time_budget import (
     FINETUNE_SHARE,
+    LATER_STAGE_SHARE,
     StageCounts,
     Throughput,
     check_counts,
     distill_counts,
     fewest,
     finetune_counts,
+    stages_worth_it,
 )
 
 #: the recipe's run directory inside OUT
@@ -149,6 +151,7 @@ class _Run:
         self.store = str(self.run_dir / TEACHER_STORE) if settings.chosen.trains else None
         self.dense_exports = DenseExports(settings.data, settings.task_settings)
         self.clock = _Clock(settings.seconds)
+        self.stages_predicted = False  # the stage count chosen for the time budget, not asked for
 
     @property
     def count(self) -> int:
@@ -168,6 +171,9 @@ class _Run:
         if fine_tunes_teacher:  # a time budget counts from when the teacher exists
             run_recipe(prefix(self.recipe(self.undecided()), "teacher"), self.run_dir, on_stage=_on_stage(self.say))
         self.clock.begin()
+        if settings.stages is None and settings.plan is None and settings.seconds is not None and self.count > 1:
+            settings = self.settings = self.stages_for_time()
+            self.stages_predicted = True
         decided: list[Step] = []
         records: list[dict[str, Any]] = []
         finetune: StageCounts | None = None
@@ -206,6 +212,24 @@ class _Run:
         self.say(f"measured {final['measured']:.2f}x (target {settings.speedup:g}x) in "
                  f"{settings.deployment.describe()}; wrote {self.out / REPORT_MD}")
         return report
+
+    def stages_for_time(self) -> CompressSettings:
+        """The settings with as many compression stages as the time budget is worth (:func:`stages_worth_it`),
+        predicted from how long the teacher's evaluation and scores took: they run now (every stage count runs
+        them first). A resumed run reads their recorded times, and so decides as the interrupted one did."""
+        recipe = prefix(self.recipe(self.undecided()), "importance")
+        run_recipe(recipe, self.run_dir, on_stage=_on_stage(self.say))
+        walls = self.clock.recorded(self.run_dir)
+        directories = {p.stage.name: p.directory.name for p in plan(recipe, self.run_dir)}
+        scoring = sum(walls.get(directory, 0.0) for name, directory in directories.items() if name != "teacher")
+        evaluation = walls.get(directories.get("teacher-eval", ""), 0.0)
+        count = stages_worth_it(self.settings.seconds, self.count, scoring=scoring, evaluation=evaluation)
+        if count < self.count:
+            self.say(f"--budget {self.settings.budget}: {count} compression stage{'s' if count > 1 else ''}, not "
+                     f"{self.count}: the teacher's evaluation and scores took {scoring:.0f} s, so another stage's "
+                     "scoring and allocation would take longer than its distillation would get (--stages "
+                     f"{self.count} asks for them anyway)")
+        return dataclasses.replace(self.settings, stages=count)
 
     def decide(self, k: int, decided: list[Step]) -> tuple[Step, dict[str, Any]]:
         """Compression stage ``k``'s allocation (kept from an earlier run with the same settings, else chosen and
@@ -260,7 +284,7 @@ class _Run:
         rates = training_throughput(pruned, teacher, settings.data, settings.task_settings,
                                     precision=settings.precision, seed=settings.seed)
         return self.clock.plan_stage(k, self.count, rates, self.sizes(), last=last, finetunes=not self.embeddings,
-                                     say=self.say)
+                                     say=self.say, refuse=self.count == 1 or not self.stages_predicted)
 
     def sizes(self) -> dict[str, int]:
         """The texts distillation may read (the training split's, and ``--unlabelled``'s), the labelled examples,
@@ -298,8 +322,10 @@ class _Clock:
         return 0.0 if self.start is None else time.monotonic() - self.start
 
     def plan_stage(self, k: int, count: int, rates: Throughput, sizes: dict[str, int], *, last: bool,
-                   finetunes: bool, say: Callable[[str], None]) -> dict[str, Any]:
-        """The counts of stage ``k`` of ``count`` (and of the fine-tune, at the last), from the time left."""
+                   finetunes: bool, say: Callable[[str], None], refuse: bool = True) -> dict[str, Any]:
+        """The counts of stage ``k`` of ``count`` (and of the fine-tune, at the last), from the time left.
+        ``refuse`` False: not even the first stage refuses a budget too small (its stage count was predicted, not
+        asked for)."""
         assert self.seconds is not None
         # what a later stage's scoring, allocation, tuning and timing will take: as long as a later stage took so
         # far, else half of what the first took up to now (it also evaluated the teacher, scored it and compared
@@ -307,7 +333,7 @@ class _Clock:
         # the second)
         later = self.overheads[1:]
         first = self.overheads[:1] or ([] if self.stage_started is None else [time.monotonic() - self.stage_started])
-        overhead = max(later) if later else 0.5 * first[0] if first else 0.0
+        overhead = max(later) if later else LATER_STAGE_SHARE * first[0] if first else 0.0
         # what is still to come besides training: the later stages' scoring and allocation, the two evaluations
         # of the final model and the exports and timing at the end (about half a later stage's overhead)
         ending = 2 * rates.evaluate * sizes["validation"] + overhead / 2
@@ -318,9 +344,10 @@ class _Clock:
         counts, cost, self.seen = distill_counts(distill_seconds, sizes["texts"], self.seen, rates)
         self.planned[f"distill {k}"] = cost
         result: dict[str, Any] = {"counts": dataclasses.asdict(counts), "throughput": dataclasses.asdict(rates)}
-        # before any training a budget too small is refused; once a stage has trained, the run finishes with the
-        # fewest steps worth running, over its time (the user's minutes are already spent: a refusal would waste them)
-        check = check_counts if k == 1 else \
+        # before any training a budget too small for the stages asked for is refused; once a stage has trained (or
+        # where the stage count was predicted), the run finishes with the fewest steps worth running, over its time
+        # (the user's minutes are already spent: a refusal would waste them)
+        check = check_counts if k == 1 and refuse else \
             lambda stage, counts, available, seconds: self._overrun(stage, counts, available, seconds, say)
         check(f"distill {k}", counts, sizes["texts"], distill_seconds)
         counts = fewest(counts, sizes["texts"])
@@ -347,16 +374,22 @@ class _Clock:
                 f"({least.examples(available):,} examples), and the run ends after its "
                 f"{self.seconds:.0f} s; give a larger --budget or fewer --stages to stay within it")
 
-    def summary(self, run_dir: Path) -> dict[str, Any]:
-        """What the run spent, and on what (the recipe runner's wall time of each stage)."""
+    @staticmethod
+    def recorded(run_dir: Path) -> dict[str, float]:
+        """The wall time of each stage the recipe runner ran in ``run_dir`` (by its directory's name), as recorded:
+        a stage an earlier call ran keeps its own time."""
         stages: dict[str, float] = {}
         report = run_dir / "report.json"
         if report.is_file():
             for row in json.loads(report.read_text()).get("stages", []):
-                if row.get("wall_time") is not None:  # a stage an earlier call ran: its own time, as recorded
+                if row.get("wall_time") is not None:
                     stages[row["stage"]] = row["wall_time"]
+        return stages
+
+    def summary(self, run_dir: Path) -> dict[str, Any]:
+        """What the run spent, and on what (the recipe runner's wall time of each stage)."""
         return {"budget_seconds": self.seconds, "seconds": self.elapsed(), "planned": self.planned,
-                "stages": stages}
+                "stages": self.recorded(run_dir)}
 
 
 def _resolved(settings: CompressSettings, out: Path, say: Callable[[str], None]) -> tuple[CompressSettings, bool]:

@@ -29,6 +29,17 @@ FINETUNE_SHARE = 0.25
 MAX_EPOCHS = 20
 #: the fewest optimizer steps of 32 examples a training stage is worth running
 MIN_STEPS = 8
+#: what a first compression stage takes besides the teacher's evaluation and scores (comparing the candidate
+#: allocations, timing them, pruning and tuning, the throughput probe): this many seconds plus
+#: :data:`FIRST_STAGE_PER_SCORING` times as long as the evaluation and scores took. Fit to five runs on a 2-core AMD
+#: EPYC (seconds of evaluation and scores, then the rest of the first stage): SST-2 at 3x 30, 141 and 29, 154; at
+#: 6x 45, 187; CoNLL-2003 at 3x 64, 153; the SQuAD part at 3x (256-token windows) 198, 444
+FIRST_STAGE_SECONDS = 100.0
+FIRST_STAGE_PER_SCORING = 1.75
+#: a later compression stage's scoring, allocation, tuning and timing against the first stage's (which also
+#: evaluated the teacher and compared candidate allocations): 0.40-0.74 on SST-2 and CoNLL-2003 (above), 0.34 on
+#: STS-B at 3x (180 s against 531 s)
+LATER_STAGE_SHARE = 0.5
 
 _UNIT = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(hr|h|min|m|sec|s)")
@@ -123,6 +134,23 @@ def plan_training(seconds: float, *, texts: int, labelled: int, throughput: Thro
     return TrainingPlan(distill=tuple(counts), finetune=finetune, seconds=spent)
 
 
+def stages_worth_it(seconds: float, stages: int, *, scoring: float, evaluation: float) -> int:
+    """How many of ``stages`` compression stages a budget of ``seconds`` is worth, predicted before the first
+    allocation from how long the teacher's evaluation (``evaluation`` seconds) and its scores (``scoring``, the
+    evaluation included) took: the most stages whose distillations each get at least as long as a later stage's
+    own scoring and allocation take (a stage that distils for less than it costs to set up leaves the model worse
+    than that time spent training in fewer). The end of the run (two evaluations of the compressed model, about
+    one of the teacher; the export and the last timing) is reserved as the run's clock reserves it (``compress``)."""
+    first = FIRST_STAGE_SECONDS + (1 + FIRST_STAGE_PER_SCORING) * scoring
+    later = LATER_STAGE_SHARE * first
+    ending = evaluation + later / 2
+    for count in range(stages, 1, -1):
+        training = seconds - first - later * (count - 1) - ending
+        if (1 - FINETUNE_SHARE) * training / count >= later:
+            return count
+    return 1
+
+
 def _least(available: int, batch_size: int) -> int:
     """The fewest examples a training stage is worth running: :data:`MIN_STEPS` steps (or every example)."""
     return min(MIN_STEPS * batch_size, available)
@@ -189,5 +217,5 @@ def _largest(fits, upper: int) -> int:
     return low
 
 
-__all__ = ["FINETUNE_SHARE", "MAX_EPOCHS", "StageCounts", "Throughput", "TrainingPlan", "check_counts",
-           "distill_counts", "fewest", "finetune_counts", "parse_duration", "plan_training"]
+__all__ = ["FINETUNE_SHARE", "LATER_STAGE_SHARE", "MAX_EPOCHS", "StageCounts", "Throughput", "TrainingPlan", "check_counts",
+           "distill_counts", "fewest", "finetune_counts", "parse_duration", "plan_training", "stages_worth_it"]
