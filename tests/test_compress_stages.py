@@ -126,11 +126,13 @@ def test_a_time_budget_writes_its_counts_and_they_train_the_same_bytes_again(wor
     timed = tmp_path / "timed"
     code, _, err = run_cli(capsys, *_args(world, timed, "--speedup", "2.2", "--budget", "60s"))
     assert code == 0, err
-    assert "1 compression stage, not 2" in err
+    assert "1 compression stage, not the 2 the target calls for" in err
     budget = json.loads((timed / "budget.json").read_text())
     assert len(budget["distill"]) == 1 and budget["finetune"]["epochs"] >= 1
     report = json.loads((timed / "report.json").read_text())
     assert [s["target"] for s in report["compression_stages"]] == [pytest.approx(2.2)]
+    assert report["stage_count"]["stages"] == 1 and report["stage_count"]["by_target"] == 2
+    assert "1 compression stage, not the 2 the target calls for" in (timed / "report.md").read_text()
     assert report["time"]["budget_seconds"] == 60 and report["time"]["seconds"] > 0
     assert "distillation on" in err and "of 60 s" in err
     again = tmp_path / "again"

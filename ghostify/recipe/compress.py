@@ -45,7 +45,8 @@ from ..steps.training_common import task_kind
 from ..tasks import dataset_for
 from . import compress_record
 from .compress_record import ALLOCATION
-from .compress_report import PLOT, REPORT_JSON, REPORT_MD, described, markdown, training_summary
+from .compress_report import (PLOT, REPORT_JSON, REPORT_MD, described, described_count, markdown,
+                              training_summary)
 from .compress_report import report as _report
 from .compress_report import write_report as _write_report
 from .compress_settings import (RESCORED, TEACHER_STORE, CompressSettings, Step, Structure, closest, compress_recipe,
@@ -151,7 +152,7 @@ class _Run:
         self.store = str(self.run_dir / TEACHER_STORE) if settings.chosen.trains else None
         self.dense_exports = DenseExports(settings.data, settings.task_settings)
         self.clock = _Clock(settings.seconds)
-        self.stages_predicted = False  # the stage count chosen for the time budget, not asked for
+        self.stage_count: dict[str, Any] | None = None  # the stage count chosen for the time budget, not asked for
 
     @property
     def count(self) -> int:
@@ -173,7 +174,6 @@ class _Run:
         self.clock.begin()
         if settings.stages is None and settings.plan is None and settings.seconds is not None and self.count > 1:
             settings = self.settings = self.stages_for_time()
-            self.stages_predicted = True
         decided: list[Step] = []
         records: list[dict[str, Any]] = []
         finetune: StageCounts | None = None
@@ -202,6 +202,8 @@ class _Run:
                                          "counts": r.get("counts")} for k, r in enumerate(records, 1)]
         report["training"] = training_summary(self.recipe(decided, finetune=finetune), self.run_dir)
         report["precision"] = settings.precision
+        if self.stage_count is not None:
+            report["stage_count"] = self.stage_count
         report["time"] = self.clock.summary(self.run_dir)
         if settings.chosen.trains and self.clock.seconds is not None:
             plan_counts = {"distill": [r.get("counts") for r in records], "finetune": records[-1].get("finetune"),
@@ -224,11 +226,10 @@ class _Run:
         scoring = sum(walls.get(directory, 0.0) for name, directory in directories.items() if name != "teacher")
         evaluation = walls.get(directories.get("teacher-eval", ""), 0.0)
         count = stages_worth_it(self.settings.seconds, self.count, scoring=scoring, evaluation=evaluation)
+        self.stage_count = {"stages": count, "by_target": self.count, "scoring_seconds": scoring}
         if count < self.count:
-            self.say(f"--budget {self.settings.budget}: {count} compression stage{'s' if count > 1 else ''}, not "
-                     f"{self.count}: the teacher's evaluation and scores took {scoring:.0f} s, so another stage's "
-                     "scoring and allocation would take longer than its distillation would get (--stages "
-                     f"{self.count} asks for them anyway)")
+            self.say(f"--budget {self.settings.budget}: {described_count(self.stage_count)} (--stages {self.count} "
+                     "asks for them anyway)")
         return dataclasses.replace(self.settings, stages=count)
 
     def decide(self, k: int, decided: list[Step]) -> tuple[Step, dict[str, Any]]:
@@ -284,7 +285,7 @@ class _Run:
         rates = training_throughput(pruned, teacher, settings.data, settings.task_settings,
                                     precision=settings.precision, seed=settings.seed)
         return self.clock.plan_stage(k, self.count, rates, self.sizes(), last=last, finetunes=not self.embeddings,
-                                     say=self.say, refuse=self.count == 1 or not self.stages_predicted)
+                                     say=self.say, refuse=self.count == 1 or self.stage_count is None)
 
     def sizes(self) -> dict[str, int]:
         """The texts distillation may read (the training split's, and ``--unlabelled``'s), the labelled examples,

@@ -253,10 +253,22 @@ def training_summary(recipe: Any, run_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def described_count(choice: dict[str, Any]) -> str:
+    """What a time budget's stage count was, and why (``compress``'s ``stage_count``)."""
+    count, wanted = choice["stages"], choice["by_target"]
+    if count == wanted:
+        return f"{count} compression stages, as the target calls for: each distils for longer than it takes to set up"
+    return (f"{count} compression stage{'s' if count > 1 else ''}, not the {wanted} the target calls for: the "
+            f"teacher's evaluation and scores took {choice['scoring_seconds']:.0f} s, so another stage's scoring and "
+            "allocation would take longer than its distillation would get")
+
+
 def _training_lines(report: dict[str, Any]) -> list[str]:
     """The compression stages, what each training stage read and how, and where the time went (a timed budget)."""
     lines: list[str] = []
     steps = report.get("compression_stages") or []
+    if report.get("stage_count"):
+        lines += ["", f"The time budget's stages: {described_count(report['stage_count'])}."]
     if len(steps) > 1:
         lines += ["", f"Compression in {len(steps)} stages (each scores the model so far, prunes it to a predicted "
                       "speed-up over the original, then distils it from the teacher):", "",
@@ -367,5 +379,5 @@ def plot(path: Path, report: dict[str, Any]) -> None:
     os.replace(tmp.name, path)
 
 
-__all__ = ["PLOT", "REPORT_JSON", "REPORT_MD", "candidate_name", "described", "main_metric", "markdown", "metrics",
-           "over_fastest_line", "plot", "report", "write_report"]
+__all__ = ["PLOT", "REPORT_JSON", "REPORT_MD", "candidate_name", "described", "described_count", "main_metric",
+           "markdown", "metrics", "over_fastest_line", "plot", "report", "write_report"]
