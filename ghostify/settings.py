@@ -131,6 +131,9 @@ class TrainSettings:
     """Optimisation settings of the training loop; the defaults are the GhostBERT paper's (Table 8)."""
 
     epochs: int = 3
+    # the most optimizer steps in all: the last epoch stops there (None: every epoch whole); what lets a time
+    # budget fill its time with part of one more epoch
+    max_steps: int | None = None
     batch_size: int = 32  # global: examples per optimizer step over every process
     learning_rate: float = 2e-5
     # the ghost modules' kernels and scales (None: learning_rate): softmax-normalised kernels barely
@@ -158,6 +161,8 @@ class TrainSettings:
     def validate(self) -> None:
         checks = [
             (self.epochs >= 1, f"--epochs {self.epochs} must be at least 1"),
+            (self.max_steps is None or self.max_steps >= 1,
+             f"--max-steps {self.max_steps} must be at least 1 (or unset: every epoch whole)"),
             (self.batch_size >= 1, f"--batch-size {self.batch_size} must be at least 1"),
             (self.learning_rate > 0, f"--learning-rate {self.learning_rate} must be positive"),
             (self.ghost_learning_rate is None or self.ghost_learning_rate > 0,

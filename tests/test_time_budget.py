@@ -54,6 +54,23 @@ def test_a_small_task_is_read_whole_for_as_many_epochs_as_fit():
     assert plan.seconds["distill 1"] == pytest.approx(60 + 40 * (MAX_EPOCHS - 1))
 
 
+def test_time_that_whole_epochs_leave_goes_to_part_of_one_more():
+    """CoNLL-2003 at 3x with --budget 20m finished after 86% of it: 2 whole epochs fitted, 3 did not. Now the rest
+    goes to the steps of one more epoch. 420 s: the fine-tune 105 s at 30 s an epoch (2,000 x 0.015) is 3 epochs
+    (90 s) and 15 s / (32 x 0.015 s a step) = 31 steps of a fourth, 3 x 63 + 31 = 220 steps in all; distillation
+    315 s: 60 s for the first epoch, 40 for each later one, 7 epochs in 300 s, 15 s / (32 x 0.02) = 23 steps more."""
+    plan = plan_training(420, texts=2000, labelled=2000, throughput=RATES, stages=1)
+    assert plan.distill == (StageCounts(None, 8, 7 * 63 + 23),)
+    assert plan.finetune == StageCounts(None, 4, 3 * 63 + 31)
+    assert plan.seconds == pytest.approx({"distill 1": 300 + 23 * 32 * 0.02, "finetune": 90 + 31 * 32 * 0.015})
+    assert plan.finetune.examples(2000) == 3 * 2000 + 31 * 32
+    assert plan.finetune.describe(2000) == "2,000 x 3 epochs and 31 of 63 steps of one more"
+    assert StageCounts(None, 3).describe(2000) == "2,000 x 3 epochs"
+    assert TrainingPlan.from_json(plan.to_json(), "budget.json") == plan
+    # a stage without a cut epoch writes what a budget.json from before it had
+    assert StageCounts(500, 1).to_json() == {"max_samples": 500, "epochs": 1}
+
+
 def test_too_little_time_for_a_stage_is_one_line():
     with pytest.raises(GhostifyError, match="s for distill 1: too little to take 8 steps"):
         plan_training(5, texts=67000, labelled=67000, throughput=RATES, stages=1)
@@ -66,7 +83,9 @@ def test_a_plan_reads_back_what_it_wrote_and_refuses_anything_else():
     assert TrainingPlan.from_json(plan.to_json(), "budget.json") == plan
     for bad in ({}, {"distill": [], "finetune": {"max_samples": None, "epochs": 1}},
                 {"distill": [{"max_samples": 0, "epochs": 1}], "finetune": {"max_samples": None, "epochs": 1}},
-                {"distill": [{"max_samples": 5, "epochs": True}], "finetune": {"max_samples": None, "epochs": 1}}):
+                {"distill": [{"max_samples": 5, "epochs": True}], "finetune": {"max_samples": None, "epochs": 1}},
+                {"distill": [{"max_samples": 5, "epochs": 2, "max_steps": 0}],
+                 "finetune": {"max_samples": None, "epochs": 1}}):
         with pytest.raises(GhostifyError, match="budget.json"):
             TrainingPlan.from_json(bad, "budget.json")
 

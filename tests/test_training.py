@@ -190,11 +190,14 @@ def _crash_at(step: int):
     return on_step
 
 
-def test_resumed_run_equals_uninterrupted_run(tmp_path, toy):
+def test_resumed_run_equals_uninterrupted_run(tmp_path, toy_regression):
+    """(A regression: its correlation rises every epoch, so the weights compared are the last epoch's; on the toy
+    classification the first epoch's were the best, and an exact resume of the second was never compared.)"""
     from ghostify.steps import finetune
 
-    tiny_checkpoint(tmp_path / "init")
-    args = dict(dataset=str(toy), **TOY, epochs=2, batch_size=16, learning_rate=3e-3, checkpoint_steps=5)
+    tiny_checkpoint(tmp_path / "init", num_labels=1)
+    args = dict(dataset=str(toy_regression), text_columns=("sentence",), epochs=2, batch_size=16, learning_rate=3e-3,
+                checkpoint_steps=5)
     finetune(tmp_path / "init", tmp_path / "whole", **args)
     with pytest.raises(_Crash):
         finetune(tmp_path / "init", tmp_path / "resumed", on_step=_crash_at(17), **args)  # mid epoch 2
@@ -202,9 +205,38 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, toy):
     with pytest.raises(GhostifyError, match="--resume"):
         finetune(tmp_path / "init", tmp_path / "resumed", **args)
     finetune(tmp_path / "init", tmp_path / "resumed", resume=True, **args)
+    assert json.loads((tmp_path / "whole" / "training.json").read_text())["best_step"] == 32  # the last epoch's
     whole, resumed = load_model(tmp_path / "whole").state_dict(), load_model(tmp_path / "resumed").state_dict()
     assert all(torch.equal(whole[k], resumed[k]) for k in whole)
     assert not (tmp_path / "resumed.partial").exists()
+
+
+def test_max_steps_cuts_the_last_epoch_and_a_cut_run_resumes_exactly(tmp_path, toy_regression):
+    """--max-steps (what a time budget uses to fill its time): 256 examples in steps of 16 are 16 steps an epoch;
+    3 epochs cut at 32 steps are 2 whole epochs, byte for byte (the schedule decays to zero at the cut); cut at 40,
+    the third epoch stops after 8 steps, is evaluated as a whole one, and a run killed inside it resumes exactly.
+    (A regression: its correlation rises every epoch here, so the weights kept are the last ones, not an earlier
+    best epoch's.)"""
+    from ghostify.steps import finetune
+
+    tiny_checkpoint(tmp_path / "init", num_labels=1)
+    args = dict(dataset=str(toy_regression), text_columns=("sentence",), batch_size=16, learning_rate=3e-3,
+                checkpoint_steps=5)
+    finetune(tmp_path / "init", tmp_path / "two", epochs=2, **args)
+    finetune(tmp_path / "init", tmp_path / "cut-at-two", epochs=3, max_steps=32, **args)
+    two, cut = load_model(tmp_path / "two").state_dict(), load_model(tmp_path / "cut-at-two").state_dict()
+    assert all(torch.equal(two[k], cut[k]) for k in two)
+    finetune(tmp_path / "init", tmp_path / "whole", epochs=3, max_steps=40, **args)
+    training = json.loads((tmp_path / "whole" / "training.json").read_text())
+    assert training["steps"] == 40 and training["best_step"] == 40
+    assert [e["epoch"] for e in training["epoch_seconds"]] == [1, 2, 3]
+    assert [e["step"] for e in training["evaluations"]] == [16, 32, 40]
+    with pytest.raises(_Crash):
+        finetune(tmp_path / "init", tmp_path / "resumed", epochs=3, max_steps=40, on_step=_crash_at(37), **args)
+    finetune(tmp_path / "init", tmp_path / "resumed", epochs=3, max_steps=40, resume=True, **args)
+    whole, resumed = load_model(tmp_path / "whole").state_dict(), load_model(tmp_path / "resumed").state_dict()
+    assert all(torch.equal(whole[k], resumed[k]) for k in whole)
+    assert not any(torch.equal(whole[k], two[k]) for k in whole if k.startswith("bert.encoder"))
 
 
 def test_non_finite_loss_stops_with_a_clear_error_and_keeps_the_last_good_state(tmp_path, toy):

@@ -65,6 +65,7 @@ from .time_budget import (
     Throughput,
     check_counts,
     distill_counts,
+    ending_seconds,
     fewest,
     finetune_counts,
     stages_worth_it,
@@ -273,8 +274,8 @@ class _Run:
             return {}
         if settings.plan is not None:
             plan_counts = settings.plan
-            return {"counts": dataclasses.asdict(plan_counts.distill[k - 1]),
-                    "finetune": dataclasses.asdict(plan_counts.finetune) if last else None}
+            return {"counts": plan_counts.distill[k - 1].to_json(),
+                    "finetune": plan_counts.finetune.to_json() if last else None}
         if settings.seconds is None:
             return {}
         recipe = self.recipe(self.undecided(steps))
@@ -335,16 +336,15 @@ class _Clock:
         later = self.overheads[1:]
         first = self.overheads[:1] or ([] if self.stage_started is None else [time.monotonic() - self.stage_started])
         overhead = max(later) if later else LATER_STAGE_SHARE * first[0] if first else 0.0
-        # what is still to come besides training: the later stages' scoring and allocation, the two evaluations
-        # of the final model and the exports and timing at the end (about half a later stage's overhead)
-        ending = 2 * rates.evaluate * sizes["validation"] + overhead / 2
+        # what is still to come besides training: the later stages' scoring and allocation, and the run's end
+        ending = ending_seconds(2 * rates.evaluate * sizes["validation"], overhead)
         left = self.seconds - self.elapsed() - overhead * (count - k) - ending
         if self.finetune_reserve is None:
             self.finetune_reserve = FINETUNE_SHARE * left if finetunes else 0.0
         distill_seconds = (left - self.finetune_reserve) / (count - k + 1)
         counts, cost, self.seen = distill_counts(distill_seconds, sizes["texts"], self.seen, rates)
         self.planned[f"distill {k}"] = cost
-        result: dict[str, Any] = {"counts": dataclasses.asdict(counts), "throughput": dataclasses.asdict(rates)}
+        result: dict[str, Any] = {"counts": counts.to_json(), "throughput": dataclasses.asdict(rates)}
         # before any training a budget too small for the stages asked for is refused; once a stage has trained (or
         # where the stage count was predicted), the run finishes with the fewest steps worth running, over its time
         # (the user's minutes are already spent: a refusal would waste them)
@@ -352,18 +352,17 @@ class _Clock:
             lambda stage, counts, available, seconds: self._overrun(stage, counts, available, seconds, say)
         check(f"distill {k}", counts, sizes["texts"], distill_seconds)
         counts = fewest(counts, sizes["texts"])
-        result["counts"] = dataclasses.asdict(counts)
+        result["counts"] = counts.to_json()
         if last and finetunes:
             finetune, cost = finetune_counts(left - cost, sizes["labelled"], rates, self.seen)
             check("the fine-tune", finetune, sizes["labelled"], left - cost)
             finetune = fewest(finetune, sizes["labelled"])
             self.planned["finetune"] = cost
-            result["finetune"] = dataclasses.asdict(finetune)
-        described = f"{counts.max_samples or sizes['texts']:,} texts x {counts.epochs}"
-        say(f"stage {k} of {count}: {self.elapsed():.0f} s spent of {self.seconds:.0f} s; distillation on {described} "
-            f"epoch(s), about {self.planned[f'distill {k}']:.0f} s at {1 / (rates.distill + rates.teacher):.1f} new "
-            f"texts/s" + (f"; the fine-tune on {result['finetune']['max_samples'] or sizes['labelled']:,} examples x "
-                          f"{result['finetune']['epochs']}" if "finetune" in result else ""))
+            result["finetune"] = finetune.to_json()
+        say(f"stage {k} of {count}: {self.elapsed():.0f} s spent of {self.seconds:.0f} s; distillation on "
+            f"{counts.describe(sizes['texts'])} (texts), about {self.planned[f'distill {k}']:.0f} s at "
+            f"{1 / (rates.distill + rates.teacher):.1f} new texts/s" +
+            (f"; the fine-tune on {finetune.describe(sizes['labelled'])} (examples)" if "finetune" in result else ""))
         return result
 
     def _overrun(self, stage: str, counts: StageCounts, available: int, seconds: float,

@@ -257,7 +257,7 @@ def described_count(choice: dict[str, Any]) -> str:
     """What a time budget's stage count was, and why (``compress``'s ``stage_count``)."""
     count, wanted = choice["stages"], choice["by_target"]
     if count == wanted:
-        return f"{count} compression stages, as the target calls for: each distils for longer than it takes to set up"
+        return f"{count} compression stages, as the target calls for: each is predicted to distil for longer than it takes to set up"
     return (f"{count} compression stage{'s' if count > 1 else ''}, not the {wanted} the target calls for: the "
             f"teacher's evaluation and scores took {choice['scoring_seconds']:.0f} s, so another stage's scoring and "
             "allocation would take longer than its distillation would get")
@@ -276,7 +276,8 @@ def _training_lines(report: dict[str, Any]) -> list[str]:
         for step in steps:
             counts = step.get("counts")
             read = "the budget's" if counts is None else \
-                f"{'all' if counts['max_samples'] is None else format(counts['max_samples'], ',')} x {counts['epochs']}"
+                f"{'all' if counts['max_samples'] is None else format(counts['max_samples'], ',')} x {counts['epochs']}" \
+                + (f" (cut at step {counts['max_steps']:,})" if counts.get("max_steps") else "")
             lines.append(f"| {step['step']} | {step['target']:.2f}x | {step['measured']:.2f}x | {read} |")
     rows = report.get("training") or []
     if rows:

@@ -318,7 +318,7 @@ def compress_recipe(model: str, *, deployment: Deployment, data: dict[str, Any],
             continue
         if last:
             stages.append({"attach-ghost": {"when": ghosts}})
-        counts = {"max_samples": step.counts.max_samples, "epochs": step.counts.epochs} if step.counts else train
+        counts = step.counts.to_json() if step.counts else train
         distill = {**counts, "learning_rate": budget.distill_learning_rate, **shared,
                    **({"unlabelled": unlabelled} if unlabelled is not None else {})}
         if embeddings:  # the pooled embedding against the teacher's: the task's own loss
@@ -326,7 +326,7 @@ def compress_recipe(model: str, *, deployment: Deployment, data: dict[str, Any],
         name = "final" if embeddings and last else stage_name("distill", k)
         stages.append({"distill": {**({"output": name} if name != "distill" else {}), **distill}})
     if budget.trains and not embeddings:
-        counts = {"max_samples": finetune.max_samples, "epochs": finetune.epochs} if finetune else train
+        counts = finetune.to_json() if finetune else train
         stages.append({"finetune": {"output": "final", "teacher": "${teacher}", "teacher_weight": budget.teacher_weight,
                                     **counts, "learning_rate": budget.finetune_learning_rate, **shared}})
     stages.append({"eval": {"output": "final-eval"}})
@@ -390,6 +390,5 @@ def closest(attempts: list[dict[str, Any]], speedup: float) -> dict[str, Any]:
 
 
 __all__ = ["CompressSettings", "MAX_STAGES", "RESCORED", "STAGED_FROM", "Step", "Structure", "TEACHER_STORE",
-           "default_stages",
-           "stage_name", "closest", "compress_recipe", "data_mapping", "dense_model",
-           "final_model", "prefix", "shipped_model"]
+           "closest", "compress_recipe", "data_mapping", "default_stages", "dense_model", "final_model", "prefix",
+           "shipped_model", "stage_name"]

@@ -60,13 +60,33 @@ def parse_duration(text: str) -> float | None:
 
 @dataclass(frozen=True)
 class StageCounts:
-    """One training stage's data: a seeded subset of ``max_samples`` examples (None: all of them), ``epochs``."""
+    """One training stage's data: a seeded subset of ``max_samples`` examples (None: all of them), ``epochs``, the
+    last of them cut short at ``max_steps`` optimizer steps in all (None: every epoch whole)."""
 
     max_samples: int | None
     epochs: int
+    max_steps: int | None = None
 
-    def examples(self, available: int) -> int:
-        return (available if self.max_samples is None else min(self.max_samples, available)) * self.epochs
+    def examples(self, available: int, batch_size: int = 32) -> int:
+        """The examples the stage trains on, counting every pass (a cut epoch's last step as a whole batch)."""
+        read = available if self.max_samples is None else min(self.max_samples, available)
+        if self.max_steps is None:
+            return read * self.epochs
+        per_epoch = math.ceil(read / batch_size)
+        return min(read * self.epochs, (self.max_steps // per_epoch) * read + (self.max_steps % per_epoch) * batch_size)
+
+    def describe(self, available: int, batch_size: int = 32) -> str:
+        """``14,041 x 2 epochs``, ``5,000 x 1 epoch``, ``14,041 x 2 epochs and 147 of 439 steps of a third``."""
+        read = available if self.max_samples is None else min(self.max_samples, available)
+        per_epoch = math.ceil(read / batch_size)
+        if self.max_steps is None or self.max_steps >= per_epoch * self.epochs:
+            return f"{read:,} x {self.epochs} epoch{'s' if self.epochs > 1 else ''}"
+        whole, part = divmod(self.max_steps, per_epoch)
+        return f"{read:,} x {whole} epoch{'s' if whole != 1 else ''} and {part} of {per_epoch} steps of one more"
+
+    def to_json(self) -> dict[str, Any]:
+        """The stage's settings (``max_steps`` only where an epoch is cut: a budget.json from before reads the same)."""
+        return {k: v for k, v in asdict(self).items() if k != "max_steps" or v is not None}
 
 
 @dataclass(frozen=True)
@@ -78,7 +98,7 @@ class TrainingPlan:
     seconds: dict[str, float]
 
     def to_json(self) -> dict[str, Any]:
-        return {"distill": [asdict(c) for c in self.distill], "finetune": asdict(self.finetune),
+        return {"distill": [c.to_json() for c in self.distill], "finetune": self.finetune.to_json(),
                 "seconds": self.seconds}
 
     @classmethod
@@ -102,7 +122,10 @@ def _counts(data: Any) -> StageCounts:
         raise ValueError(f"max_samples {samples!r}")
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs {epochs!r}")
-    return StageCounts(samples, epochs)
+    steps = data.get("max_steps")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"max_steps {steps!r}")
+    return StageCounts(samples, epochs, steps)
 
 
 def plan_training(seconds: float, *, texts: int, labelled: int, throughput: Throughput, stages: int,
@@ -143,12 +166,19 @@ def stages_worth_it(seconds: float, stages: int, *, scoring: float, evaluation: 
     one of the teacher; the export and the last timing) is reserved as the run's clock reserves it (``compress``)."""
     first = FIRST_STAGE_SECONDS + (1 + FIRST_STAGE_PER_SCORING) * scoring
     later = LATER_STAGE_SHARE * first
-    ending = evaluation + later / 2
+    ending = ending_seconds(evaluation, later)
     for count in range(stages, 1, -1):
         training = seconds - first - later * (count - 1) - ending
         if (1 - FINETUNE_SHARE) * training / count >= later:
             return count
     return 1
+
+
+def ending_seconds(evaluations: float, later_stage: float) -> float:
+    """What a run reserves for its end, after the last training stage: the two evaluations of the compressed model
+    (``evaluations`` seconds together; the teacher's one evaluation stands for them before any is measured) and
+    the export and last timing, about half a later stage's scoring and allocation (``later_stage`` seconds)."""
+    return evaluations + later_stage / 2
 
 
 def _least(available: int, batch_size: int) -> int:
@@ -187,9 +217,11 @@ def finetune_counts(seconds: float, labelled: int, throughput: Throughput, seen:
     return _fill(seconds, labelled, throughput.finetune, throughput.teacher, seen=seen)
 
 
-def _fill(seconds: float, available: int, step: float, first: float, *, seen: int | None = None) -> tuple[StageCounts, float]:
-    """The most examples (a subset, one epoch) or epochs (all of them) of ``available`` that fit ``seconds`` at
-    ``step`` seconds each, plus ``first`` seconds the first time an example beyond the ``seen`` ones is read."""
+def _fill(seconds: float, available: int, step: float, first: float, *, seen: int | None = None,
+          batch_size: int = 32) -> tuple[StageCounts, float]:
+    """The most examples (a subset, one epoch) or epochs (all of them, the last cut short where a whole one does not
+    fit) of ``available`` that fit ``seconds`` at ``step`` seconds each, plus ``first`` seconds the first time an
+    example beyond the ``seen`` ones is read."""
     seen = available if seen is None else min(seen, available)
 
     def cost(n: int, epochs: int) -> float:
@@ -202,7 +234,14 @@ def _fill(seconds: float, available: int, step: float, first: float, *, seen: in
     epochs = 1
     while epochs < MAX_EPOCHS and cost(available, epochs + 1) <= seconds:
         epochs += 1
-    return StageCounts(None, epochs), cost(available, epochs)
+    spent = cost(available, epochs)
+    # whole epochs alone left up to one epoch's time unspent (CoNLL-2003 at 3x with --budget 20m finished at 86% of
+    # it): the rest goes to the steps of one more epoch that fit, every text already read once
+    per_epoch = math.ceil(available / batch_size)
+    extra = 0 if epochs == MAX_EPOCHS else min(per_epoch - 1, int((seconds - spent) // (step * batch_size)))
+    if extra < 1:
+        return StageCounts(None, epochs), spent
+    return StageCounts(None, epochs + 1, epochs * per_epoch + extra), spent + extra * batch_size * step
 
 
 def _largest(fits, upper: int) -> int:
@@ -217,5 +256,6 @@ def _largest(fits, upper: int) -> int:
     return low
 
 
-__all__ = ["FINETUNE_SHARE", "LATER_STAGE_SHARE", "MAX_EPOCHS", "StageCounts", "Throughput", "TrainingPlan", "check_counts",
-           "distill_counts", "fewest", "finetune_counts", "parse_duration", "plan_training", "stages_worth_it"]
+__all__ = ["FINETUNE_SHARE", "LATER_STAGE_SHARE", "MAX_EPOCHS", "StageCounts", "Throughput", "TrainingPlan",
+           "check_counts", "distill_counts", "ending_seconds", "fewest", "finetune_counts", "parse_duration",
+           "plan_training", "stages_worth_it"]

@@ -294,6 +294,8 @@ def train(
             eval_loader = accelerator.prepare(eval_loader)
         steps_per_epoch = math.ceil(len(train_loader) / settings.gradient_accumulation_steps)
         total_steps = steps_per_epoch * settings.epochs
+        if settings.max_steps is not None:  # the last epoch is cut short (the schedule decays to zero there)
+            total_steps = min(total_steps, settings.max_steps)
         scheduler = get_linear_schedule_with_warmup(optimizer, int(settings.warmup_ratio * total_steps), total_steps)
         accelerator.register_for_checkpointing(scheduler)
 
@@ -340,6 +342,8 @@ def train(
 
         running = progress.running  # saved with the state: a resumed run logs the same means
         for epoch in range(progress.epoch, settings.epochs):
+            if progress.step >= total_steps:  # --max-steps reached in an earlier epoch
+                break
             epoch_wall, epoch_cpu = time.perf_counter(), time.process_time()
             train_loader.set_epoch(epoch)
             loader = train_loader
@@ -374,6 +378,8 @@ def train(
                     save_state()
                 if on_step is not None:
                     on_step(progress.step)
+                if progress.step >= total_steps:
+                    break  # --max-steps: the epoch ends here, evaluated and saved as a whole one is
             progress.epoch = epoch + 1
             # a resumed epoch counts from the resume: its time is then the part this process trained
             progress.epoch_seconds.append({"epoch": epoch + 1, "wall": round(time.perf_counter() - epoch_wall, 3),
