@@ -13,10 +13,12 @@ Arms (``--arms``):
   ``standard``: 8,000 x 2); its minutes are what the run took;
 * ``all``: this checkout with ``--budget Nm`` (every change: the teacher's outputs stored, the stages the target
   calls for, the whole training text distilled, the layer-consistent allocation, candidates judged by the task's
-  metric, the stages sized to the time; its rows at 3x, but CoNLL-2003's 10 minutes, were measured while two stages were
-  the default past 2x: today's default below 4x is the ``one-stage`` arm);
-* ``one-stage`` (``--stages 1``), ``no-store`` (``--teacher-store-gb 0``), ``old-allocation`` (the units of a
-  layer priced alone, as before): ``all`` less one change, at ``--ablation-minutes``;
+  metric, the stages sized to the time, the last epoch cut to fill it);
+* ``one-stage`` (``--stages 1``), ``two-stages`` (``--stages 2``), ``no-store`` (``--teacher-store-gb 0``),
+  ``old-allocation`` (the units of a layer priced alone, as before): ``all`` with one setting changed, at
+  ``--ablation-minutes``. The ``two-stages`` rows at 3x were the ``all`` arm while two stages were the default past
+  2x (before d2690fd), and every row before b87e1b2 trained whole epochs only (the ``one-stage`` rows at 3x are
+  today's default without the cut last epoch).
 * ``none-1`` to ``none-4``: ``--budget none`` (no training: scores, pruning and mask tuning) in that many stages.
 
 Every finished run is a row of ``WORK/budget_curve.jsonl`` (skipped when the script runs again); an interrupted
@@ -47,7 +49,8 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "budget_curve.md"
 ROWS = "budget_curve.jsonl"
 #: the arms that are ``all`` less one change, and the compress flags that take it away
-ABLATIONS = {"one-stage": ["--stages", "1"], "no-store": ["--teacher-store-gb", "0"], "old-allocation": []}
+ABLATIONS = {"one-stage": ["--stages", "1"], "two-stages": ["--stages", "2"], "no-store": ["--teacher-store-gb", "0"],
+             "old-allocation": []}
 #: ``--budget none`` (no training) in 1 to 4 stages: K-prune's iterative search (score, prune a little, tune the
 #: masks, score again) against one shot
 NO_TRAINING = {f"none-{k}": ["--stages", str(k)] for k in (1, 2, 3, 4)}
