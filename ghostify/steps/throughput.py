@@ -26,6 +26,7 @@ from ..checkpoint import load_config
 from ..seeding import seed_everything
 from ..settings import DataSettings, DistillWeights, TaskSettings
 from ..training.layer_map import build_layer_map, kept_layers
+from ..training.loop import adamw
 from ..training.objectives import DistillObjective, FinetuneObjective
 from ..training.teacher_store import TeacherStore, keyed_collator, with_keys
 from .training_common import task_inputs
@@ -75,7 +76,7 @@ def training_throughput(student: str | os.PathLike, teacher: str | os.PathLike, 
     with tempfile.TemporaryDirectory(prefix="ghostify-throughput-") as tmp, _autocast(precision):
         distill.store = TeacherStore(tmp, teacher, cap_bytes=1 << 40).open(tmp)
         try:
-            optimizer = torch.optim.AdamW([p for p in distill.parameters() if p.requires_grad], lr=1e-12)
+            optimizer = adamw([p for p in distill.parameters() if p.requires_grad], lr=1e-12)  # as training's
             step = _trainer(distill, optimizer)
             first = _timed(step, warm, timed)  # the teacher runs and its outputs are stored
             again = _timed(step, warm, timed)  # read back

@@ -274,8 +274,7 @@ def _assemble(rows: list[torch.Tensor], real: torch.Tensor, per_token: bool) -> 
         return torch.stack([r.float() for r in rows])
     trailing = rows[0].shape[1:]
     batch = torch.zeros((real.shape[0], real.shape[1], *trailing), dtype=torch.float32)
-    for i, row in enumerate(rows):
-        batch[i][real[i].cpu()] = row.float()
+    batch[real.cpu()] = torch.cat(rows).float()  # a mask's true places in row order: each row's tokens in turn
     return batch
 
 
