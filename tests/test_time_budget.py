@@ -6,7 +6,8 @@ import pytest
 
 from ghostify.errors import GhostifyError
 from ghostify.recipe.time_budget import (FINETUNE_SHARE, MAX_EPOCHS, StageCounts, Throughput, TrainingPlan,
-                                         finetune_counts, parse_duration, plan_training, stages_worth_it)
+                                         finetune_counts, labelled_seen, parse_duration, plan_training,
+                                         stages_worth_it)
 
 RATES = Throughput(teacher=0.01, distill=0.02, finetune=0.015, evaluate=0.005)
 
@@ -43,6 +44,19 @@ def test_the_fine_tune_pays_the_teachers_pass_for_examples_distillation_did_not_
     # 150 s / 0.025 = 6,000 more: 16,000 (the plan before gave it 20,000, which ran 100 s over)
     assert finetune_counts(300, 67000, RATES, seen=10000) == (StageCounts(16000, 1), pytest.approx(300))
     assert finetune_counts(300, 67000, RATES) == (StageCounts(20000, 1), pytest.approx(300))  # every one read
+
+
+def test_the_fine_tune_counts_only_the_labelled_share_of_what_distillation_read():
+    """With --unlabelled texts mixed in (a seeded subset of both), 10,000 of 20,000 texts read hold about 7,500 of
+    the 15,000 labelled examples; all of them once every text was read; without unlabelled texts, as many as read."""
+    assert labelled_seen(10_000, 20_000, 15_000) == 7_500
+    assert labelled_seen(20_000, 20_000, 15_000) == 15_000
+    assert labelled_seen(3_000, 5_000, 5_000) == 3_000
+    # the plan: 1,200 s, distillation 900 s at 0.03 s a new text reads 30,000 of 40,000 texts (20,000 labelled):
+    # 15,000 of the labelled examples stored; the fine-tune's 300 s: 15,000 x 0.015 = 225 s, 75 s / 0.025 = 3,000 more
+    plan = plan_training(1200, texts=40_000, labelled=20_000, throughput=RATES, stages=1)
+    assert plan.distill == (StageCounts(30_000, 1),)
+    assert plan.finetune == StageCounts(18_000, 1)
 
 
 def test_a_small_task_is_read_whole_for_as_many_epochs_as_fit():

@@ -68,6 +68,7 @@ from .time_budget import (
     ending_seconds,
     fewest,
     finetune_counts,
+    labelled_seen,
     stages_worth_it,
 )
 
@@ -354,7 +355,8 @@ class _Clock:
         counts = fewest(counts, sizes["texts"])
         result["counts"] = counts.to_json()
         if last and finetunes:
-            finetune, cost = finetune_counts(left - cost, sizes["labelled"], rates, self.seen)
+            finetune, cost = finetune_counts(left - cost, sizes["labelled"], rates,
+                                             labelled_seen(self.seen, sizes["texts"], sizes["labelled"]))
             check("the fine-tune", finetune, sizes["labelled"], left - cost)
             finetune = fewest(finetune, sizes["labelled"])
             self.planned["finetune"] = cost

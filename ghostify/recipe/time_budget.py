@@ -151,7 +151,7 @@ def plan_training(seconds: float, *, texts: int, labelled: int, throughput: Thro
         check_counts(f"distill {k + 1}", plan, texts, per_stage, batch_size)
         counts.append(plan)
         spent[f"distill {k + 1}"] = cost
-    finetune, cost = finetune_counts(finetune_seconds, labelled, throughput, seen)
+    finetune, cost = finetune_counts(finetune_seconds, labelled, throughput, labelled_seen(seen, texts, labelled))
     check_counts("the fine-tune", finetune, labelled, finetune_seconds, batch_size)
     spent["finetune"] = cost
     return TrainingPlan(distill=tuple(counts), finetune=finetune, seconds=spent)
@@ -208,6 +208,15 @@ def distill_counts(seconds: float, texts: int, seen: int, throughput: Throughput
     return plan, cost, max(seen, min(texts, plan.max_samples or texts))
 
 
+def labelled_seen(seen: int, texts: int, labelled: int) -> int:
+    """How many of the ``labelled`` examples the distillations gave the teacher, having read ``seen`` of ``texts``
+    texts (the training split's, then ``--unlabelled``'s): all once every text was read; else, where unlabelled
+    texts are mixed in (a seeded subset of both), their share of what was read; without them, ``seen``."""
+    if seen >= texts:
+        return labelled
+    return seen if texts == labelled else round(seen * labelled / texts)
+
+
 def finetune_counts(seconds: float, labelled: int, throughput: Throughput, seen: int | None = None
                     ) -> tuple[StageCounts, float]:
     """The fine-tune's counts for ``seconds`` on ``labelled`` examples: the teacher's logits read back for the
@@ -257,5 +266,5 @@ def _largest(fits, upper: int) -> int:
 
 
 __all__ = ["FINETUNE_SHARE", "LATER_STAGE_SHARE", "MAX_EPOCHS", "StageCounts", "Throughput", "TrainingPlan",
-           "check_counts", "distill_counts", "ending_seconds", "fewest", "finetune_counts", "parse_duration",
+           "check_counts", "distill_counts", "ending_seconds", "fewest", "finetune_counts", "labelled_seen", "parse_duration",
            "plan_training", "stages_worth_it"]
