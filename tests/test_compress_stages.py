@@ -136,6 +136,10 @@ def test_a_time_budget_writes_its_counts_and_they_train_the_same_bytes_again(wor
     assert "1 compression stage, not the 2 the target calls for" in (timed / "report.md").read_text()
     assert report["time"]["budget_seconds"] == 60 and report["time"]["seconds"] > 0
     assert "distillation on" in err and "of 60 s" in err
+    # the fine-tune is planned again once the distillation has run, and what it trains is what budget.json says
+    assert "the fine-tune planned again after the last distillation" in err
+    record = json.loads((timed / "allocation.json").read_text())
+    assert record["finetune"] == budget["finetune"] and record["finetune_after_distilling"]["slower"] >= 1
     again = tmp_path / "again"
     code, _, err = run_cli(capsys, *_args(world, again, "--speedup", "2.2", "--budget", str(timed / "budget.json")))
     assert code == 0, err
