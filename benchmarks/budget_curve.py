@@ -18,7 +18,8 @@ Arms (``--arms``):
   ``old-allocation`` (the units of a layer priced alone, as before): ``all`` with one setting changed, at
   ``--ablation-minutes``. The ``two-stages`` rows at 3x were the ``all`` arm while two stages were the default past
   2x (before d2690fd), and every row before b87e1b2 trained whole epochs only (the ``one-stage`` rows at 3x are
-  today's default without the cut last epoch).
+  today's default without the cut last epoch); CoNLL-2003's ``two-stages`` row at 6x was the ``all`` arm before
+  8e52ace, which plans the fine-tune again after the last distillation.
 * ``none-1`` to ``none-4``: ``--budget none`` (no training: scores, pruning and mask tuning) in that many stages.
 
 Every finished run is a row of ``WORK/budget_curve.jsonl`` (skipped when the script runs again); an interrupted
