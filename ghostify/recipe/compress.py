@@ -251,8 +251,12 @@ class _Run:
                  f"of a planned {planned:.0f} s: {finetune.describe(sizes['labelled'])} (examples), about {cost:.0f} s "
                  f"of the {max(0.0, left):.0f} s left")
         record |= {"finetune": finetune.to_json(), "finetune_after_distilling": {"slower": slower, "left": left}}
-        compress_record.write(self.out, record, name=ALLOCATION if k == 1 else f"allocation-{k}.json")
+        compress_record.write(self.out, record, name=self.record_name(k))
         return finetune
+
+    def record_name(self, k: int) -> str:
+        """The file of stage ``k``'s allocation and counts: ``allocation.json`` for one stage, else numbered."""
+        return ALLOCATION if self.count == 1 else f"allocation-{k}.json"
 
     def stages_for_time(self) -> CompressSettings:
         """The settings with as many compression stages as the time budget is worth (:func:`stages_worth_it`),
@@ -277,7 +281,7 @@ class _Run:
         settings = self.settings
         key = settings.record() if self.count == 1 else \
             {**settings.record(), "step": k, "before": [s.to_json() for s in decided]}
-        name = ALLOCATION if self.count == 1 else f"allocation-{k}.json"
+        name = self.record_name(k)
         saved = compress_record.read(self.out, key, name=name)
         if saved is not None:
             record = saved.model_dump(exclude_unset=True)

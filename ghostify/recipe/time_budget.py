@@ -67,17 +67,21 @@ class StageCounts:
     epochs: int
     max_steps: int | None = None
 
+    def _read(self, available: int) -> int:
+        """The examples one epoch reads, of the ``available`` ones."""
+        return available if self.max_samples is None else min(self.max_samples, available)
+
     def examples(self, available: int, batch_size: int = 32) -> int:
         """The examples the stage trains on, counting every pass (a cut epoch's last step as a whole batch)."""
-        read = available if self.max_samples is None else min(self.max_samples, available)
+        read = self._read(available)
         if self.max_steps is None:
             return read * self.epochs
         per_epoch = math.ceil(read / batch_size)
         return min(read * self.epochs, (self.max_steps // per_epoch) * read + (self.max_steps % per_epoch) * batch_size)
 
     def describe(self, available: int, batch_size: int = 32) -> str:
-        """``14,041 x 2 epochs``, ``5,000 x 1 epoch``, ``14,041 x 2 epochs and 147 of 439 steps of a third``."""
-        read = available if self.max_samples is None else min(self.max_samples, available)
+        """``14,041 x 2 epochs``, ``5,000 x 1 epoch``, ``14,041 x 2 epochs and 147 of 439 steps of one more``."""
+        read = self._read(available)
         per_epoch = math.ceil(read / batch_size)
         if self.max_steps is None or self.max_steps >= per_epoch * self.epochs:
             return f"{read:,} x {self.epochs} epoch{'s' if self.epochs > 1 else ''}"
