@@ -192,7 +192,7 @@ def _fake_stages(monkeypatch) -> list[float]:
         return {"allocated_for": speedup, "predicted": 2.0, "measured": 1.98, "rounds": rounds}
 
     monkeypatch.setattr(compress_module, "_check_reachable", lambda *a: None)
-    monkeypatch.setattr(compress_module, "_choose", lambda *a: None)
+    monkeypatch.setattr(compress_module, "_choose", lambda *a, **k: None)
     monkeypatch.setattr(compress_module, "_structure", lambda *a: (None, None))
     monkeypatch.setattr(compress_module, "_allocate_and_measure", allocate)
     monkeypatch.setattr(compress_module, "run_recipe", lambda *a, **k: None)

@@ -99,7 +99,7 @@ def test_a_missed_speedup_is_reallocated_once_with_the_measured_correction(world
 
     ran = []
     monkeypatch.setattr(compress_module, "_check_reachable", lambda *a: None)
-    monkeypatch.setattr(compress_module, "_choose", lambda *a: None)
+    monkeypatch.setattr(compress_module, "_choose", lambda *a, **k: None)
     monkeypatch.setattr(compress_module, "_structure", lambda *a: (None, None))
     monkeypatch.setattr(compress_module, "_allocate_and_measure", fake_measure)
     monkeypatch.setattr(compress_module, "run_recipe", lambda recipe, run_dir, on_stage=None: ran.append(recipe))
@@ -157,7 +157,7 @@ def test_a_miss_with_whole_layers_replans_them_only_when_the_same_layers_cannot_
         return ([0, 1] if len(planned_for) == 1 else [1]), None
 
     monkeypatch.setattr(compress_module, "_check_reachable", lambda *a: None)
-    monkeypatch.setattr(compress_module, "_choose", lambda *a: None)
+    monkeypatch.setattr(compress_module, "_choose", lambda *a, **k: None)
     monkeypatch.setattr(compress_module, "_structure", structure)
     monkeypatch.setattr(compress_module, "_allocate_and_measure", _fake_structural_measure(allocations, reach))
     monkeypatch.setattr(compress_module, "run_recipe", lambda recipe, run_dir, on_stage=None: ran.append(recipe))
@@ -193,7 +193,7 @@ def test_a_miss_with_whole_layers_replans_them_only_when_the_same_layers_cannot_
 def test_a_speedup_within_tolerance_is_not_reallocated(world, tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(compress_module, "_check_reachable", lambda *a: None)
-    monkeypatch.setattr(compress_module, "_choose", lambda *a: None)
+    monkeypatch.setattr(compress_module, "_choose", lambda *a, **k: None)
     monkeypatch.setattr(compress_module, "_structure", lambda *a: (None, None))
     monkeypatch.setattr(compress_module, "_allocate_and_measure",
                         lambda recipe, *a: calls.append(1) or {"allocated_for": 2, "predicted": 2.0, "measured": 1.92})

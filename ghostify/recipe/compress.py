@@ -36,7 +36,8 @@ from ..files import check_disjoint, output_lock, write_text_atomically
 from ..flatten import flat_settings
 from ..latency_model import RUNTIMES, Deployment
 from ..runtimes import target
-from ..settings import BUDGETS, Budget, CompressDefaults, DataSettings, TaskSettings, TeacherStoreSettings
+from ..settings import (BUDGETS, Budget, CompressDefaults, DataSettings, DistillWeights, TaskSettings,
+                        TeacherStoreSettings)
 from ..steps import latency as measure_latency
 from ..steps.fidelity import SEARCH, UNIFORM, candidate_settings, choose_allocation
 from ..steps.latency_plan import check_reach, plan_structure, predicted_speedup
@@ -50,8 +51,7 @@ from .compress_report import (PLOT, REPORT_JSON, REPORT_MD, described, described
 from .compress_report import report as _report
 from .compress_report import write_report as _write_report
 from .compress_settings import (RESCORED, TEACHER_STORE, CompressSettings, Step, Structure, closest, compress_recipe,
-                                data_mapping, stage_name,
-                                dense_model, prefix, shipped_model)
+                                data_mapping, dense_model, prefix, scored, shipped_model, stage_name)
 from .compress_timing import DenseExports, chosen_runtime
 from .compress_timing import measure as _measure
 from .plan import plan
@@ -149,7 +149,13 @@ class _Run:
     def __init__(self, settings: CompressSettings, out: Path, say: _Said) -> None:
         self.settings, self.out, self.say = settings, out, say
         self.run_dir = out / STAGES
-        self.embeddings = task_kind(settings.data, settings.task_settings).name == "embeddings"
+        kind = task_kind(settings.data, settings.task_settings)
+        self.embeddings = kind.name == "embeddings"
+        self.distill_weights = kind.compress_distill
+        # the held-out examples the candidate allocations are compared on: sized in tokens, as the time budget's
+        # other scoring is (``sized_in_tokens``)
+        self.compare_samples = CompressDefaults.compare_samples if settings.budget in BUDGETS else \
+            scored(CompressDefaults.compare_samples, kind.example_tokens())
         # every training stage reads the teacher's outputs from one store (a budget that trains)
         self.store = str(self.run_dir / TEACHER_STORE) if settings.chosen.trains else None
         self.dense_exports = DenseExports(settings.data, settings.task_settings)
@@ -166,7 +172,8 @@ class _Run:
         return [*decided, *(Step(t) for t in self.settings.targets[len(decided):])]
 
     def recipe(self, steps: list[Step], *, finetune: StageCounts | None = None) -> Recipe:
-        return self.settings.recipe(steps, finetune=finetune, embeddings=self.embeddings, store=self.store)
+        return self.settings.recipe(steps, finetune=finetune, embeddings=self.embeddings,
+                                    distill_weights=self.distill_weights, store=self.store)
 
     def execute(self, fine_tunes_teacher: bool) -> dict[str, Any]:
         """Allocate and train each compression stage in turn, then fine-tune, export, measure and report."""
@@ -326,7 +333,8 @@ class _Run:
         run_recipe(prefix(recipe, stage_name("prune", k)), self.run_dir, on_stage=_on_stage(self.say))
         teacher = stages.get("teacher") or Path(str(settings.teacher))
         rates = training_throughput(pruned, teacher, settings.data, settings.task_settings,
-                                    precision=settings.precision, seed=settings.seed)
+                                    weights=DistillWeights(**self.distill_weights), precision=settings.precision,
+                                    seed=settings.seed)
         return self.clock.plan_stage(k, self.count, rates, self.sizes(), last=last, finetunes=not self.embeddings,
                                      say=self.say, refuse=self.count == 1 or self.stage_count is None)
 
@@ -518,7 +526,8 @@ def _allocate(run: _Run, k: int, decided: list[Step]) -> tuple[Structure, float,
         structure = _structure(recipe(Step(target)), run_dir, target, layers, hidden, say, k)
     # the candidates are compared, and the allocations timed, untuned: mask tuning changes weights, not the speed,
     # so it runs once, on the allocation kept (the recipe built with ``tune`` is the one switch)
-    choice = _choose(recipe(Step(target, structure), tune=False), run_dir, target, settings.seed, say, k)
+    choice = _choose(recipe(Step(target, structure), tune=False), run_dir, target, settings.seed, say, k,
+                     samples=run.compare_samples)
 
     def attempt(goal: float, replan: bool) -> dict[str, Any]:
         """Allocate for a predicted ``goal`` (``replan``: the layers and channels too) and time it."""
@@ -603,7 +612,7 @@ def _allocation(recipe: Recipe, run_dir: Path, choice: dict[str, Any] | None, al
 
 
 def _choose(recipe: Recipe, run_dir: Path, speedup: float, seed: int, say: Callable[[str], None],
-            k: int = 1) -> dict[str, Any] | None:
+            k: int = 1, *, samples: int = CompressDefaults.compare_samples) -> dict[str, Any] | None:
     """Which allocation starts closest to the teacher, before any training or tuning (``recipe``: the untuned one;
     :func:`ghostify.steps.fidelity.choose_allocation`): the latency search by each loss criterion (and rearranged),
     or uniform width of the same predicted latency. Compress never starts from a model further from its teacher
@@ -617,7 +626,7 @@ def _choose(recipe: Recipe, run_dir: Path, speedup: float, seed: int, say: Calla
     settings.setdefault("seed", seed)
     with tempfile.TemporaryDirectory(prefix=".candidates-", dir=run_dir) as tmp:
         choice = choose_allocation(Path(pruned.arguments["model"]), teacher, stages["latency"].directory, speedup,
-                                   Path(tmp), prune_settings=settings, samples=CompressDefaults.compare_samples,
+                                   Path(tmp), prune_settings=settings, samples=samples,
                                    seed=seed + 1)
     if choice is not None:
         gaps = ", ".join(f"{name} {gap:.4g}" for name, gap in choice["gaps"].items())

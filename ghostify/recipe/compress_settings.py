@@ -7,7 +7,7 @@ import dataclasses
 import functools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -191,8 +191,13 @@ class CompressSettings:
 
     @functools.cached_property
     def chosen(self) -> Budget:
-        """The budget with what the run overrides of it (``--max-samples``, ``--epochs``, ``--importance-samples``)."""
+        """The budget with what the run overrides of it (``--max-samples``, ``--epochs``, ``--importance-samples``);
+        a time budget's scoring sized in tokens (:func:`sized_in_tokens`)."""
         budget = self._base
+        if self._budget_kind() != "named":
+            from ..steps.training_common import task_kind  # torch and the task kinds: not at import
+
+            budget = sized_in_tokens(budget, task_kind(self.data, self.task_settings).example_tokens())
         return dataclasses.replace(budget, max_samples=self.data.max_samples or budget.max_samples,
                                    epochs=self.epochs or budget.epochs,
                                    importance_samples=self.importance_samples or budget.importance_samples)
@@ -237,15 +242,40 @@ class CompressSettings:
         return values | {k: v for k, v in extra.items() if v is not None}
 
     def recipe(self, steps: Sequence[Step], *, finetune: StageCounts | None = None, embeddings: bool = False,
-               store: str | None = None) -> Recipe:
+               distill_weights: Mapping[str, float] | None = None, store: str | None = None) -> Recipe:
         """The validated recipe of ``steps`` (:func:`compress_recipe`); the same recipe asked for again is not built
         again."""
         raw = compress_recipe(self.model, steps=steps, deployment=self.deployment,
                               data=data_mapping(self.data, self.task_settings), budget=self.chosen, ghosts=self.ghosts,
                               teacher=self.teacher, seed=self.seed, finetune=finetune, embeddings=embeddings,
+                              distill_weights=distill_weights,
                               store=store, store_gb=self.teacher_store_gb, unlabelled=self.unlabelled,
                               precision=self.precision)
         return _validated(yaml.safe_dump(raw, sort_keys=False))
+
+
+#: the tokens a time budget's scoring counts (importance, mask tuning, comparing the candidate allocations) are sized
+#: for: examples of up to this many tokens count one each, longer ones (QA's 256-token windows) in proportion. Those
+#: counts were sized on sentences; on the SQuAD part at 3x (20m, 2-core AMD EPYC) scoring 1,024 questions' windows
+#: and tuning on 2,048 took 275 s of the 1,200, against 650 s of training
+SCORED_TOKENS = 128
+
+
+def sized_in_tokens(budget: Budget, tokens: int | None) -> Budget:
+    """``budget`` with its scoring counts cut in proportion where its examples fill ``tokens`` > SCORED_TOKENS
+    (None: examples as long as their text: as they are)."""
+    if tokens is None or tokens <= SCORED_TOKENS:
+        return budget
+    return dataclasses.replace(budget, importance_samples=scored(budget.importance_samples, tokens),
+                               tune_masks=scored(budget.tune_masks, tokens))
+
+
+def scored(count: int, tokens: int | None) -> int:
+    """``count`` examples of ``tokens`` each, as many as hold ``count`` examples of SCORED_TOKENS (at least 1; 0
+    stays 0)."""
+    if not count or tokens is None or tokens <= SCORED_TOKENS:
+        return count
+    return max(1, count * SCORED_TOKENS // tokens)
 
 
 @functools.lru_cache(maxsize=32)
@@ -257,7 +287,8 @@ def compress_recipe(model: str, *, deployment: Deployment, data: dict[str, Any],
                     teacher: str | None, seed: int, steps: Sequence[Step] | None = None, speedup: float | None = None,
                     keep_layers: Sequence[int] | None = None, hidden_width: str | None = None,
                     allocation: dict[str, Any] | None = None, finetune: StageCounts | None = None,
-                    embeddings: bool = False, store: str | None = None,
+                    embeddings: bool = False, distill_weights: Mapping[str, float] | None = None,
+                    store: str | None = None,
                     store_gb: float = TeacherStoreSettings.teacher_store_gb, unlabelled: str | None = None,
                     precision: str = "no", tune: bool = True) -> dict[str, Any]:
     """The recipe compress runs, as a mapping (``recipes/compress.yaml`` is the same with ``vars``).
@@ -270,7 +301,8 @@ def compress_recipe(model: str, *, deployment: Deployment, data: dict[str, Any],
     may pick another criterion or a uniform width) and, where the budget trains, a distillation on its ``counts``
     (else the budget's). A budget without training (``none``) ends with the last pruned, tuned model; a trained
     one with the fine-tune on ``finetune``'s counts (labels and the teacher's logits; the embeddings task has no
-    labels: its last distillation is the result, ``final``). ``store``: the teacher store every training stage
+    labels: its last distillation is the result, ``final``). ``distill_weights``: the distillations' loss weights
+    where the task kind's differ from distill's (``TaskKind.compress_distill``). ``store``: the teacher store every training stage
     shares; ``unlabelled``: more text for the distillations; ``precision``: their mixed precision. Without ``steps``,
     one stage: ``speedup``, ``keep_layers``, ``hidden_width``, ``allocation`` and ``tune`` are its own."""
     if steps is None:  # one stage, given by its own keywords
@@ -321,8 +353,7 @@ def compress_recipe(model: str, *, deployment: Deployment, data: dict[str, Any],
         counts = step.counts.to_json() if step.counts else train
         distill = {**counts, "learning_rate": budget.distill_learning_rate, **shared,
                    **({"unlabelled": unlabelled} if unlabelled is not None else {})}
-        if embeddings:  # the pooled embedding against the teacher's: the task's own loss
-            distill["logit_weight"] = 1.0
+        distill |= dict(distill_weights or {})
         name = "final" if embeddings and last else stage_name("distill", k)
         stages.append({"distill": {**({"output": name} if name != "distill" else {}), **distill}})
     if budget.trains and not embeddings:
@@ -389,6 +420,6 @@ def closest(attempts: list[dict[str, Any]], speedup: float) -> dict[str, Any]:
     return min(attempts, key=lambda a: abs(math.log(a["measured"] / speedup)))
 
 
-__all__ = ["CompressSettings", "MAX_STAGES", "RESCORED", "STAGED_FROM", "Step", "Structure", "TEACHER_STORE",
+__all__ = ["CompressSettings", "MAX_STAGES", "RESCORED", "SCORED_TOKENS", "STAGED_FROM", "Step", "Structure", "TEACHER_STORE",
            "closest", "compress_recipe", "data_mapping", "default_stages", "dense_model", "final_model", "prefix",
-           "shipped_model", "stage_name"]
+           "scored", "shipped_model", "sized_in_tokens", "stage_name"]

@@ -47,10 +47,11 @@ PROBE_BATCH = 32
 
 
 def training_throughput(student: str | os.PathLike, teacher: str | os.PathLike, data: DataSettings,
-                        task_settings: TaskSettings = TaskSettings(), *, precision: str = "no",
-                        examples: int = PROBE_EXAMPLES, seed: int = 0) -> Throughput:
-    """Seconds per example of the teacher's pass, a distillation step, a fine-tuning step and an evaluation of
-    ``student`` with ``teacher`` on ``data``'s training examples (a seeded subset of ``examples``)."""
+                        task_settings: TaskSettings = TaskSettings(), *, weights: DistillWeights = DistillWeights(),
+                        precision: str = "no", examples: int = PROBE_EXAMPLES, seed: int = 0) -> Throughput:
+    """Seconds per example of the teacher's pass, a distillation step (its losses weighted by ``weights``: what it
+    compares decides what the teacher store reads back), a fine-tuning step and an evaluation of ``student`` with
+    ``teacher`` on ``data``'s training examples (a seeded subset of ``examples``)."""
     seed_everything(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # heads made for the probe, the loaders' own chatter
@@ -62,7 +63,7 @@ def training_throughput(student: str | os.PathLike, teacher: str | os.PathLike, 
     depth = _depth(student_model), _depth(teacher_model)
     mapping = build_layer_map(*depth, kept=kept_layers(student_model, depth[1]))
     has_head = kind.head_labels(load_config(teacher)) is not None
-    distill = DistillObjective(student_model, teacher_model, weights=DistillWeights(), layer_map=mapping, kind=kind,
+    distill = DistillObjective(student_model, teacher_model, weights=weights, layer_map=mapping, kind=kind,
                                keep_outputs=has_head)
     rows = with_keys(task.train_rows)
     collate = keyed_collator(task.collate)

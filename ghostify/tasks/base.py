@@ -126,6 +126,14 @@ class TaskKind(ABC):
     #: the fields of a model's output that :meth:`teacher_loss` reads, each with whether it is per token (what
     #: the teacher store keeps of a teacher's output: ``ghostify.training.teacher_store``)
     teacher_outputs: dict[str, bool] = {"logits": False}
+    #: the distillation weights ``compress`` trains this kind with, where they differ from ``distill``'s defaults
+    #: (GhostBERT's hidden-state losses: the embedding output, every attention and FFN block's output)
+    compress_distill: dict[str, float] = {}
+
+    def example_tokens(self) -> int | None:
+        """The tokens every training example fills whatever its text's length (a window of a longer text), which
+        a time budget sizes its scoring by; None: about as many as its text has."""
+        return None
 
     @abstractmethod
     def per_example_loss(self, output: Any, batch: dict[str, torch.Tensor], *, label_free: bool,

@@ -135,6 +135,9 @@ class Embeddings(TaskKind):
         return 0.5 * (e - (e.detach() + noise)).square().sum(-1)
 
     teacher_outputs = {"last_hidden_state": True}
+    #: the pooled embedding against the teacher's, beside the hidden states: the task's own loss (it has no labels:
+    #: the last distillation is the result)
+    compress_distill = {"logit_weight": 1.0}
 
     def teacher_loss(self, student, teacher, batch, temperature):
         s, t = self.embedding(student, batch), self.embedding(teacher, batch)

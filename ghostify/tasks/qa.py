@@ -31,6 +31,13 @@ class QuestionAnswering(TaskKind):
     head = "question-answering"
     noun = "question-answering"
     targets = ("start_positions", "end_positions")
+    #: the start and end distributions alone (prediction-layer distillation), not the hidden states: a 256-token
+    #: window's hidden states take about 2.5 MB in the teacher store (MiniLM, float16), so 4 GiB holds half the
+    #: SQuAD part's 4,832 windows and every later epoch runs the teacher again, where the logits of all of them
+    #: take 3 MB. Fine-tuning the 3x student on the logits alone for 2 epochs (825 s, 2-core AMD EPYC) scored F1
+    #: 43.5 where the hidden states for 1 epoch and the fine-tune for 1 (650 s) scored 38.4
+    #: (benchmarks/results/budget_curve.md)
+    compress_distill = {"emb_weight": 0.0, "mha_weight": 0.0, "ffn_weight": 0.0, "logit_weight": 1.0}
 
     @property
     def columns(self) -> QAColumns:
@@ -44,6 +51,10 @@ class QuestionAnswering(TaskKind):
             if any(not a["text"] for a in answers):
                 self.preset = replace(self.preset, version_2=True)
         return self.preset
+
+    def example_tokens(self) -> int | None:
+        """A question's windows: its context cut at --max-length, most of them full."""
+        return self.data.max_length
 
     def _window(self) -> tuple[int, int]:
         max_length, stride = self.data.max_length, self.task.doc_stride
