@@ -192,12 +192,13 @@ class CompressSettings:
     @functools.cached_property
     def chosen(self) -> Budget:
         """The budget with what the run overrides of it (``--max-samples``, ``--epochs``, ``--importance-samples``);
-        a time budget's scoring sized in tokens (:func:`sized_in_tokens`)."""
+        a time budget's scoring sized in tokens (:func:`sized_in_tokens`), at the task kind's learning rates."""
         budget = self._base
-        if self._budget_kind() != "named":
+        if self._budget_kind() != "named":  # quick and standard stay as they were, for comparison
             from ..steps.training_common import task_kind  # torch and the task kinds: not at import
 
-            budget = sized_in_tokens(budget, task_kind(self.data, self.task_settings).example_tokens())
+            kind = task_kind(self.data, self.task_settings)
+            budget = dataclasses.replace(sized_in_tokens(budget, kind.example_tokens()), **kind.compress_learning_rates)
         return dataclasses.replace(budget, max_samples=self.data.max_samples or budget.max_samples,
                                    epochs=self.epochs or budget.epochs,
                                    importance_samples=self.importance_samples or budget.importance_samples)
