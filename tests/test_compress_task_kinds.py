@@ -65,3 +65,9 @@ def test_each_kind_distils_with_its_own_losses(task, expected):
     defaults = {"emb_weight": 1.0, "mha_weight": 1.0, "ffn_weight": 1.0, "logit_weight": 0.0}
     for name, value in (defaults | expected).items():
         assert distill.settings.get(name, defaults[name]) == value, (name, distill.settings)
+
+
+def test_the_candidates_are_compared_on_as_many_tokens():
+    assert _settings("20m", 256).compare_samples == 256
+    assert _settings("standard", 256).compare_samples == 512
+    assert _settings("20m", 256, task="sst2").compare_samples == 512

@@ -51,7 +51,7 @@ from .compress_report import (PLOT, REPORT_JSON, REPORT_MD, described, described
 from .compress_report import report as _report
 from .compress_report import write_report as _write_report
 from .compress_settings import (RESCORED, TEACHER_STORE, CompressSettings, Step, Structure, closest, compress_recipe,
-                                data_mapping, dense_model, prefix, scored, shipped_model, stage_name)
+                                data_mapping, dense_model, prefix, shipped_model, stage_name)
 from .compress_timing import DenseExports, chosen_runtime
 from .compress_timing import measure as _measure
 from .plan import plan
@@ -152,10 +152,6 @@ class _Run:
         kind = task_kind(settings.data, settings.task_settings)
         self.embeddings = kind.name == "embeddings"
         self.distill_weights = kind.compress_distill
-        # the held-out examples the candidate allocations are compared on: sized in tokens, as the time budget's
-        # other scoring is (``sized_in_tokens``)
-        self.compare_samples = CompressDefaults.compare_samples if settings.budget in BUDGETS else \
-            scored(CompressDefaults.compare_samples, kind.example_tokens())
         # every training stage reads the teacher's outputs from one store (a budget that trains)
         self.store = str(self.run_dir / TEACHER_STORE) if settings.chosen.trains else None
         self.dense_exports = DenseExports(settings.data, settings.task_settings)
@@ -527,7 +523,7 @@ def _allocate(run: _Run, k: int, decided: list[Step]) -> tuple[Structure, float,
     # the candidates are compared, and the allocations timed, untuned: mask tuning changes weights, not the speed,
     # so it runs once, on the allocation kept (the recipe built with ``tune`` is the one switch)
     choice = _choose(recipe(Step(target, structure), tune=False), run_dir, target, settings.seed, say, k,
-                     samples=run.compare_samples)
+                     samples=settings.compare_samples)
 
     def attempt(goal: float, replan: bool) -> dict[str, Any]:
         """Allocate for a predicted ``goal`` (``replan``: the layers and channels too) and time it."""

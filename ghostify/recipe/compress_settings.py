@@ -195,13 +195,28 @@ class CompressSettings:
         a time budget's scoring sized in tokens (:func:`sized_in_tokens`), at the task kind's learning rates."""
         budget = self._base
         if self._budget_kind() != "named":  # quick and standard stay as they were, for comparison
-            from ..steps.training_common import task_kind  # torch and the task kinds: not at import
-
-            kind = task_kind(self.data, self.task_settings)
-            budget = dataclasses.replace(sized_in_tokens(budget, kind.example_tokens()), **kind.compress_learning_rates)
+            budget = dataclasses.replace(sized_in_tokens(budget, self._example_tokens),
+                                         **self._kind.compress_learning_rates)
         return dataclasses.replace(budget, max_samples=self.data.max_samples or budget.max_samples,
                                    epochs=self.epochs or budget.epochs,
                                    importance_samples=self.importance_samples or budget.importance_samples)
+
+    @functools.cached_property
+    def _kind(self):
+        from ..steps.training_common import task_kind  # torch and the task kinds: not at import
+
+        return task_kind(self.data, self.task_settings)
+
+    @property
+    def _example_tokens(self) -> int | None:
+        """The tokens every example fills, which a time budget's scoring is sized by (None: as long as its text,
+        or a named budget, whose counts stay as named)."""
+        return None if self._budget_kind() == "named" else self._kind.example_tokens()
+
+    @property
+    def compare_samples(self) -> int:
+        """The held-out examples the candidate allocations are compared on, sized as the budget's other scoring."""
+        return scored(CompressDefaults.compare_samples, self._example_tokens)
 
     @property
     def step_count(self) -> int:
