@@ -19,7 +19,9 @@ Arms (``--arms``):
   ``--ablation-minutes``. The ``two-stages`` rows at 3x were the ``all`` arm while two stages were the default past
   2x (before d2690fd), and every row before b87e1b2 trained whole epochs only (the ``one-stage`` rows at 3x are
   today's default without the cut last epoch); CoNLL-2003's ``two-stages`` row at 6x was the ``all`` arm before
-  8e52ace, which plans the fine-tune again after the last distillation.
+  8e52ace, which plans the fine-tune again after the last distillation. The SQuAD part's rows before 4086c45
+  distilled the hidden states at the standard budget's learning rates and scored on 1,024 and 2,048 windows (its
+  ``one-stage`` 20-minute row is that ``all`` arm with one stage, its default then too).
 * ``none-1`` to ``none-4``: ``--budget none`` (no training: scores, pruning and mask tuning) in that many stages.
 
 Every finished run is a row of ``WORK/budget_curve.jsonl`` (skipped when the script runs again); an interrupted

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What a 3x QA student learns from, for its time (issue 46; benchmarks/results/qa_learning.md): the pruned SQuAD-part
-# student of a `--budget 20m` compress run, fine-tuned with the teacher's logits (weight 0.5) and the labels at two
+# student of a `--budget 20m` compress run, fine-tuned with the teacher's logits (weight 0.5) and the labels at three
 # learning rates, for 1 and 2 epochs; the teacher store shared, so the teacher runs once over all four arms.
 #   bash benchmarks/qa_learning.sh PRUNED TEACHER DATASET WORK
 # PRUNED: `stages/04-prune` of `python benchmarks/budget_curve.py --tasks squad --targets 3 --minutes 20
@@ -20,10 +20,11 @@ arm() {  # NAME LEARNING_RATE EPOCHS
 arm ft3e4 3e-4 1
 arm ft3e4x2 3e-4 2
 arm ft1e4x2 1e-4 2
+arm ft5e4x2 5e-4 2
 python - "$work" <<'PY'
 import json, sys
 from pathlib import Path
-for arm in ("ft3e4", "ft3e4x2", "ft1e4x2"):
+for arm in ("ft3e4", "ft3e4x2", "ft1e4x2", "ft5e4x2"):
     t = json.loads((Path(sys.argv[1]) / arm / "training.json").read_text())
     scores = ", ".join(f"epoch {e['epoch']}: F1 {e['eval']['f1']:.1f}" for e in t["evaluations"])
     walls = ", ".join(f"{e['wall']:.0f}" for e in t["epoch_seconds"])

@@ -446,3 +446,18 @@ def test_eval_names_the_tasks_own_metric(kind, main, tmp_path):
                     "question_column": "question", "context_column": "context", "answers_column": "answers"}
     result = steps.evaluate(model, **data, max_length=64)
     assert result["main_metric"] == main and main in result["metrics"], result
+
+
+def test_the_report_says_which_training_stage_cut_its_last_epoch():
+    from ghostify.recipe.compress_report import markdown
+
+    metrics = {"f1": 0.5}
+    store = {"computed": 10, "reused": 5, "bytes": 2**20}
+    report = _report(metrics, metrics, "f1") | {"training": [
+        {"stage": "distill", "examples": 4196, "epochs": 2, "max_steps": 145, "steps": 145, "precision": "no",
+         "teacher_outputs": store},
+        {"stage": "final", "examples": 3187, "epochs": 1, "max_steps": None, "steps": 114, "precision": "no",
+         "teacher_outputs": store}]}
+    text = markdown(report)
+    assert "| distill | 4,196 | 2, the last cut | 145 | no |" in text
+    assert "| final | 3,187 | 1 | 114 | no |" in text

@@ -39,7 +39,7 @@ def test_a_time_budget_scores_question_windows_in_tokens_and_a_named_budget_as_n
     sentences = _settings("20m", 256, task="sst2").chosen
     assert (sentences.importance_samples, sentences.tune_masks) == (1024, 2048)
     # at QA's own learning rates (the others keep the budget's)
-    assert (timed.distill_learning_rate, timed.finetune_learning_rate) == (3e-4, 3e-4)
+    assert (timed.distill_learning_rate, timed.finetune_learning_rate) == (5e-4, 5e-4)
     assert (sentences.distill_learning_rate, sentences.finetune_learning_rate) == (2e-4, 1e-4)
     # quick and standard stay as they were, for comparison
     assert _settings("standard", 256).chosen == BUDGETS["standard"]

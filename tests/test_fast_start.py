@@ -4,6 +4,7 @@ transformers or datasets (seconds of imports); shell completion is there."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -36,8 +37,9 @@ _HELP_EVERYWHERE = textwrap.dedent("""
 """ % (HEAVY,))
 
 
-def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO, timeout=timeout)
+def _run(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def test_help_of_every_command_imports_no_torch_transformers_or_datasets():
@@ -68,7 +70,10 @@ def test_version_names_ghostify_torch_and_transformers(capsys):
 
 
 def test_show_completion_prints_a_bash_script():
-    result = _run("-m", "ghostify", "--show-completion", "bash")
+    # typer takes the shell's name only where it does not detect the shell from the process tree itself (which a
+    # run started by nohup or a CI runner may not have): say which, as its own tests do
+    result = _run("-m", "ghostify", "--show-completion", "bash",
+                  env={"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
     assert result.returncode == 0, result.stderr[-2000:]
     assert "_GHOSTIFY_COMPLETE" in result.stdout and "complete " in result.stdout
 

@@ -248,7 +248,7 @@ def training_summary(recipe: Any, run_dir: Path) -> list[dict[str, Any]]:
         arguments = planned.arguments
         rows.append({"stage": planned.stage.name, "command": planned.stage.command.name,
                      "examples": (run.get("train") or {}).get("samples"), "epochs": arguments.get("epochs"),
-                     "steps": run.get("steps"), "precision": (run.get("settings") or {}).get("mixed_precision", "no"),
+                     "max_steps": arguments.get("max_steps"), "steps": run.get("steps"), "precision": (run.get("settings") or {}).get("mixed_precision", "no"),
                      "teacher_outputs": run.get("teacher_outputs")})
     return rows
 
@@ -289,7 +289,8 @@ def _training_lines(report: dict[str, Any]) -> list[str]:
             store = (f"{kept['computed']:,} computed, {kept['reused']:,} read back ({kept['bytes'] / 2**20:,.0f} MiB)"
                      if "computed" in kept else kept.get("store", "computed at every step"))
             examples = format(row["examples"], ",") if isinstance(row["examples"], int) else "-"
-            lines.append(f"| {row['stage']} | {examples} | {row['epochs']} | {row['steps']} | {row['precision']} | "
+            epochs = f"{row['epochs']}, the last cut" if row.get("max_steps") else row["epochs"]
+            lines.append(f"| {row['stage']} | {examples} | {epochs} | {row['steps']} | {row['precision']} | "
                          f"{store} |")
     timing = report.get("time") or {}
     if timing.get("budget_seconds"):
