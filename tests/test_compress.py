@@ -376,6 +376,41 @@ def test_with_labels_the_tasks_metric_decides_and_the_distance_breaks_ties(world
     assert "accuracy on them" in (out / "report.md").read_text()
 
 
+def test_where_the_run_trains_a_tie_goes_to_a_search_not_the_closer_uniform_width(world, tmp_path, capsys,
+                                                                                  fixed_latency, monkeypatch):
+    """Issue 46: before training, the SQuAD part's candidates at 3x all scored near F1 10 of 59; the distance then
+    kept uniform width, which trained to 40.5 where the rearranged search trained to 50.6. Where the run trains, the
+    candidates the metric cannot tell apart go to the latency searches first; uniform width only leads by its metric."""
+    from ghostify.steps import fidelity
+
+    monkeypatch.setattr(fidelity, "teacher_gap", lambda models, *a, **k: [0.5, 0.45, 0.4, 0.25][:len(models)])
+    # within one standard error of 0.9 on 900 examples (0.01): every candidate but the first-order search
+    metric = {"fisher": 0.895, "fisher+rearranged": 0.9, "loss-gradient": 0.85, "uniform": 0.9}
+    monkeypatch.setattr(fidelity, "task_metric",
+                        lambda models, *a, **k: ("accuracy", [metric[Path(m).name] for m in models], 900))
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, *_toy_args(world, out, "--speedup", "1.1", "--runtime", "pytorch"))
+    assert code == 0, err
+    choice = json.loads((out / "report.json").read_text())["choice"]
+    assert choice["searches_first"] and choice["chosen"] == "fisher+rearranged"  # the closer of the tied searches
+    assert "the latency searches ahead of uniform width" in (out / "report.md").read_text()
+    # uniform width is kept where its metric leads by more than one standard error
+    metric["uniform"] = 0.95
+    out = tmp_path / "again"
+    code, _, err = run_cli(capsys, *_toy_args(world, out, "--speedup", "1.1", "--runtime", "pytorch"))
+    assert code == 0, err
+    assert json.loads((out / "report.json").read_text())["choice"]["chosen"] == "uniform"
+
+
+def test_the_tie_break_ranks_by_distance_then_order_and_searches_first_only_when_asked():
+    from ghostify.steps.fidelity import tie_break
+
+    gaps = {"fisher": 0.4, "loss-gradient": 0.4, "uniform": 0.1}
+    order = ["fisher", "loss-gradient", "uniform"]
+    assert sorted(gaps, key=tie_break(gaps, order, searches_first=False)) == ["uniform", "fisher", "loss-gradient"]
+    assert sorted(gaps, key=tie_break(gaps, order, searches_first=True)) == ["fisher", "loss-gradient", "uniform"]
+
+
 def test_task_metric_scores_each_model_on_labelled_training_examples(world, tmp_path):
     from ghostify.steps import fidelity, importance
 

@@ -83,6 +83,26 @@ def test_stored_rows_read_back_as_written_and_padding_is_zero(tmp_path):
     assert reopened.reused == 2 and reopened.computed == 0
 
 
+def test_rows_read_back_under_bf16_autocast_as_without_it(tmp_path):
+    """compress trains in bf16 where the CPU has it: the store's float16 rows are read back inside CPU autocast,
+    whose cat refused float16 ("Unexpected floating ScalarType in at::autocast::prioritize")."""
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    hidden = torch.randn(2, 3, 4)
+    fields = [Field("hidden.1", True), Field("output.logits", False)]
+
+    def compute(rows):
+        return {"hidden.1": hidden[rows], "output.logits": hidden[rows, 0]}
+
+    plain = TeacherStore(tmp_path / "a", "t", cap_bytes=1 << 20).open(tmp_path)
+    expected = [plain.fetch(torch.tensor([1, 2]), mask, fields, compute) for _ in range(2)]  # computed, then read
+    store = TeacherStore(tmp_path / "b", "t", cap_bytes=1 << 20).open(tmp_path)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = [store.fetch(torch.tensor([1, 2]), mask, fields, compute) for _ in range(2)]
+    assert store.reused == 2
+    for e, g in zip(expected, got):
+        assert all(g[name].dtype == torch.float32 and torch.equal(e[name], g[name]) for name in e)
+
+
 def test_a_partly_stored_batch_computes_only_its_missing_rows(tmp_path):
     store = TeacherStore(tmp_path, "t", cap_bytes=1 << 20).open(tmp_path)
     mask = torch.ones(3, 2, dtype=torch.long)

@@ -523,7 +523,7 @@ def _allocate(run: _Run, k: int, decided: list[Step]) -> tuple[Structure, float,
     # the candidates are compared, and the allocations timed, untuned: mask tuning changes weights, not the speed,
     # so it runs once, on the allocation kept (the recipe built with ``tune`` is the one switch)
     choice = _choose(recipe(Step(target, structure), tune=False), run_dir, target, settings.seed, say, k,
-                     samples=settings.compare_samples)
+                     samples=settings.compare_samples, trains=settings.chosen.trains)
 
     def attempt(goal: float, replan: bool) -> dict[str, Any]:
         """Allocate for a predicted ``goal`` (``replan``: the layers and channels too) and time it."""
@@ -608,11 +608,12 @@ def _allocation(recipe: Recipe, run_dir: Path, choice: dict[str, Any] | None, al
 
 
 def _choose(recipe: Recipe, run_dir: Path, speedup: float, seed: int, say: Callable[[str], None],
-            k: int = 1, *, samples: int = CompressDefaults.compare_samples) -> dict[str, Any] | None:
-    """Which allocation starts closest to the teacher, before any training or tuning (``recipe``: the untuned one;
+            k: int = 1, *, samples: int = CompressDefaults.compare_samples,
+            trains: bool = False) -> dict[str, Any] | None:
+    """Which allocation starts best, before any training or tuning (``recipe``: the untuned one;
     :func:`ghostify.steps.fidelity.choose_allocation`): the latency search by each loss criterion (and rearranged),
-    or uniform width of the same predicted latency. Compress never starts from a model further from its teacher
-    than uniform pruning would give."""
+    or uniform width of the same predicted latency, by the task's metric where the data has labels (a tie, where
+    the run ``trains``, to a search), else by the distance to the teacher."""
     run_recipe(prefix(recipe, stage_name("prune", k), before=True), run_dir, on_stage=_on_stage(say))
     stages = {p.stage.name: p for p in plan(recipe, run_dir)}
     pruned = stages[stage_name("prune", k)]
@@ -623,7 +624,7 @@ def _choose(recipe: Recipe, run_dir: Path, speedup: float, seed: int, say: Calla
     with tempfile.TemporaryDirectory(prefix=".candidates-", dir=run_dir) as tmp:
         choice = choose_allocation(Path(pruned.arguments["model"]), teacher, stages["latency"].directory, speedup,
                                    Path(tmp), prune_settings=settings, samples=samples,
-                                   seed=seed + 1)
+                                   seed=seed + 1, trains=trains)
     if choice is not None:
         gaps = ", ".join(f"{name} {gap:.4g}" for name, gap in choice["gaps"].items())
         scores = "" if "metrics" not in choice else ", ".join(

@@ -274,7 +274,8 @@ def _assemble(rows: list[torch.Tensor], real: torch.Tensor, per_token: bool) -> 
         return torch.stack([r.float() for r in rows])
     trailing = rows[0].shape[1:]
     batch = torch.zeros((real.shape[0], real.shape[1], *trailing), dtype=torch.float32)
-    batch[real.cpu()] = torch.cat(rows).float()  # a mask's true places in row order: each row's tokens in turn
+    # float32 before the cat: under CPU autocast (bf16 training) cat promotes its inputs, and refuses float16 there
+    batch[real.cpu()] = torch.cat([r.float() for r in rows])  # a mask's true places in row order: row by row
     return batch
 
 
