@@ -15,13 +15,14 @@ Arms (``--arms``):
   calls for, the whole training text distilled, the layer-consistent allocation, candidates judged by the task's
   metric, the stages sized to the time, the last epoch cut to fill it);
 * ``one-stage`` (``--stages 1``), ``two-stages`` (``--stages 2``), ``no-store`` (``--teacher-store-gb 0``),
-  ``old-allocation`` (the units of a layer priced alone, as before): ``all`` with one setting changed, at
-  ``--ablation-minutes``. The ``two-stages`` rows at 3x were the ``all`` arm while two stages were the default past
+  ``old-allocation`` (the units of a layer priced alone, as before), ``fp32`` (``--mixed-precision no``: the same
+  as ``all`` on a CPU without bf16 instructions): ``all`` with one setting changed, at ``--ablation-minutes``. The ``two-stages`` rows at 3x were the ``all`` arm while two stages were the default past
   2x (before d2690fd), and every row before b87e1b2 trained whole epochs only (the ``one-stage`` rows at 3x are
   today's default without the cut last epoch); CoNLL-2003's ``two-stages`` row at 6x was the ``all`` arm before
   8e52ace, which plans the fine-tune again after the last distillation. The SQuAD part's rows before 4086c45
   distilled the hidden states at the standard budget's learning rates and scored on 1,024 and 2,048 windows (its
-  ``one-stage`` 20-minute row is that ``all`` arm with one stage, its default then too).
+  ``one-stage`` 20-minute row is that ``all`` arm with one stage, its default then too). Rows before e88e8c6 broke a
+  tie of the candidates' metric by the distance alone, where the run trains too.
 * ``none-1`` to ``none-4``: ``--budget none`` (no training: scores, pruning and mask tuning) in that many stages.
 
 Every finished run is a row of ``WORK/budget_curve.jsonl`` (skipped when the script runs again); an interrupted
@@ -53,7 +54,7 @@ RESULTS = REPO / "benchmarks" / "results" / "budget_curve.md"
 ROWS = "budget_curve.jsonl"
 #: the arms that are ``all`` less one change, and the compress flags that take it away
 ABLATIONS = {"one-stage": ["--stages", "1"], "two-stages": ["--stages", "2"], "no-store": ["--teacher-store-gb", "0"],
-             "old-allocation": []}
+             "old-allocation": [], "fp32": ["--mixed-precision", "no"]}
 #: ``--budget none`` (no training) in 1 to 4 stages: K-prune's iterative search (score, prune a little, tune the
 #: masks, score again) against one shot
 NO_TRAINING = {f"none-{k}": ["--stages", str(k)] for k in (1, 2, 3, 4)}
