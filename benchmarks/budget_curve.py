@@ -16,9 +16,10 @@ Arms (``--arms``):
   metric, the stages sized to the time, the last epoch cut to fill it);
 * ``one-stage`` (``--stages 1``), ``two-stages`` (``--stages 2``), ``no-store`` (``--teacher-store-gb 0``),
   ``old-allocation`` (the units of a layer priced alone, as before), ``fp32`` (``--mixed-precision no``: the same
-  as ``all`` on a CPU without bf16 instructions): ``all`` with one setting changed, at ``--ablation-minutes``. The ``two-stages`` rows at 3x were the ``all`` arm while two stages were the default past
-  2x (before d2690fd), and every row before b87e1b2 trained whole epochs only (the ``one-stage`` rows at 3x are
-  today's default without the cut last epoch); CoNLL-2003's ``two-stages`` row at 6x was the ``all`` arm before
+  as ``all`` on a CPU without bf16 instructions): ``all`` with one setting changed, at ``--ablation-minutes``.
+  The ``two-stages`` rows at 3x were the ``all`` arm while two stages were the default past 2x (before d2690fd),
+  and every row before b87e1b2 trained whole epochs only (the ``one-stage`` rows at 3x are today's default without
+  the cut last epoch); CoNLL-2003's ``two-stages`` row at 6x was the ``all`` arm before
   8e52ace, which plans the fine-tune again after the last distillation. The SQuAD part's rows before 4086c45
   distilled the hidden states at the standard budget's learning rates and scored on 1,024 and 2,048 windows (its
   ``one-stage`` 20-minute row is that ``all`` arm with one stage, its default then too). Rows before e88e8c6 broke a
