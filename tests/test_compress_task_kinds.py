@@ -18,7 +18,7 @@ def test_scoring_counts_are_sized_in_tokens_by_hand():
     assert scored(0, 256) == 0  # no mask tuning stays none
     assert scored(1024, 128) == 1024 and scored(1024, 64) == 1024 and scored(1024, None) == 1024
     budget = BUDGETS["standard"]
-    assert sized_in_tokens(budget, None) is budget and sized_in_tokens(budget, 128) is budget
+    assert sized_in_tokens(budget, None) == budget and sized_in_tokens(budget, 128) == budget
     sized = sized_in_tokens(budget, 256)
     assert (sized.importance_samples, sized.tune_masks) == (512, 1024)
     assert (sized.max_samples, sized.epochs) == (budget.max_samples, budget.epochs)
@@ -60,7 +60,8 @@ def test_each_kind_distils_with_its_own_losses(task, expected):
     weights = task_kind(data, TaskSettings()).compress_distill
     assert weights == expected
     settings = CompressSettings(model="m", speedup=2, budget="quick", data=data, teacher="t")
-    recipe = settings.recipe([Step(2.0)], distill_weights=weights, embeddings=task == "embeddings")
+    assert settings.distill_weights == expected and settings.embeddings == (task == "embeddings")
+    recipe = settings.recipe([Step(2.0)])
     (distill,) = [s for s in recipe.stages if s.command.name == "distill"]
     defaults = {"emb_weight": 1.0, "mha_weight": 1.0, "ffn_weight": 1.0, "logit_weight": 0.0}
     for name, value in (defaults | expected).items():

@@ -149,9 +149,6 @@ class _Run:
     def __init__(self, settings: CompressSettings, out: Path, say: _Said) -> None:
         self.settings, self.out, self.say = settings, out, say
         self.run_dir = out / STAGES
-        kind = task_kind(settings.data, settings.task_settings)
-        self.embeddings = kind.name == "embeddings"
-        self.distill_weights = kind.compress_distill
         # every training stage reads the teacher's outputs from one store (a budget that trains)
         self.store = str(self.run_dir / TEACHER_STORE) if settings.chosen.trains else None
         self.dense_exports = DenseExports(settings.data, settings.task_settings)
@@ -168,8 +165,7 @@ class _Run:
         return [*decided, *(Step(t) for t in self.settings.targets[len(decided):])]
 
     def recipe(self, steps: list[Step], *, finetune: StageCounts | None = None) -> Recipe:
-        return self.settings.recipe(steps, finetune=finetune, embeddings=self.embeddings,
-                                    distill_weights=self.distill_weights, store=self.store)
+        return self.settings.recipe(steps, finetune=finetune, store=self.store)
 
     def execute(self, fine_tunes_teacher: bool) -> dict[str, Any]:
         """Allocate and train each compression stage in turn, then fine-tune, export, measure and report."""
@@ -329,10 +325,11 @@ class _Run:
         run_recipe(prefix(recipe, stage_name("prune", k)), self.run_dir, on_stage=_on_stage(self.say))
         teacher = stages.get("teacher") or Path(str(settings.teacher))
         rates = training_throughput(pruned, teacher, settings.data, settings.task_settings,
-                                    weights=DistillWeights(**self.distill_weights), precision=settings.precision,
+                                    weights=DistillWeights(**settings.distill_weights), precision=settings.precision,
                                     seed=settings.seed)
-        return self.clock.plan_stage(k, self.count, rates, self.sizes(), last=last, finetunes=not self.embeddings,
-                                     say=self.say, refuse=self.count == 1 or self.stage_count is None)
+        return self.clock.plan_stage(k, self.count, rates, self.sizes(), last=last,
+                                     finetunes=not settings.embeddings, say=self.say,
+                                     refuse=self.count == 1 or self.stage_count is None)
 
     def sizes(self) -> dict[str, int]:
         """The texts distillation may read (the training split's, and ``--unlabelled``'s), the labelled examples,
@@ -488,7 +485,7 @@ def _hidden_axis(settings: CompressSettings, say: Callable[[str], None]) -> bool
         return settings.prune_hidden
     if not settings.chosen.trains:
         return False
-    if task_kind(settings.data, settings.task_settings).name == "embeddings":
+    if settings.embeddings:
         say("the hidden size stays: a sentence embedding is as wide as it (--prune-hidden cuts it anyway)")
         return False
     return True

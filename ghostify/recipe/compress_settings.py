@@ -257,14 +257,25 @@ class CompressSettings:
                  "precision": self.precision if self.precision != "no" else None}
         return values | {k: v for k, v in extra.items() if v is not None}
 
-    def recipe(self, steps: Sequence[Step], *, finetune: StageCounts | None = None, embeddings: bool = False,
-               distill_weights: Mapping[str, float] | None = None, store: str | None = None) -> Recipe:
-        """The validated recipe of ``steps`` (:func:`compress_recipe`); the same recipe asked for again is not built
-        again."""
+    @property
+    def embeddings(self) -> bool:
+        """Whether the task is sentence embeddings (no labelled fine-tune: its last distillation is the result)."""
+        return self._kind.name == "embeddings"
+
+    @property
+    def distill_weights(self) -> dict[str, float]:
+        """The distillations' loss weights where the task kind's differ from distill's
+        (``TaskKind.compress_distill``)."""
+        return dict(self._kind.compress_distill)
+
+    def recipe(self, steps: Sequence[Step], *, finetune: StageCounts | None = None,
+               store: str | None = None) -> Recipe:
+        """The validated recipe of ``steps`` (:func:`compress_recipe`) for this task kind; the same recipe asked for
+        again is not built again."""
         raw = compress_recipe(self.model, steps=steps, deployment=self.deployment,
                               data=data_mapping(self.data, self.task_settings), budget=self.chosen, ghosts=self.ghosts,
-                              teacher=self.teacher, seed=self.seed, finetune=finetune, embeddings=embeddings,
-                              distill_weights=distill_weights,
+                              teacher=self.teacher, seed=self.seed, finetune=finetune, embeddings=self.embeddings,
+                              distill_weights=self.distill_weights,
                               store=store, store_gb=self.teacher_store_gb, unlabelled=self.unlabelled,
                               precision=self.precision)
         return _validated(yaml.safe_dump(raw, sort_keys=False))
@@ -280,8 +291,6 @@ SCORED_TOKENS = 128
 def sized_in_tokens(budget: Budget, tokens: int | None) -> Budget:
     """``budget`` with its scoring counts cut in proportion where its examples fill ``tokens`` > SCORED_TOKENS
     (None: examples as long as their text: as they are)."""
-    if tokens is None or tokens <= SCORED_TOKENS:
-        return budget
     return dataclasses.replace(budget, importance_samples=scored(budget.importance_samples, tokens),
                                tune_masks=scored(budget.tune_masks, tokens))
 
@@ -436,6 +445,6 @@ def closest(attempts: list[dict[str, Any]], speedup: float) -> dict[str, Any]:
     return min(attempts, key=lambda a: abs(math.log(a["measured"] / speedup)))
 
 
-__all__ = ["CompressSettings", "MAX_STAGES", "RESCORED", "SCORED_TOKENS", "STAGED_FROM", "Step", "Structure", "TEACHER_STORE",
-           "closest", "compress_recipe", "data_mapping", "default_stages", "dense_model", "final_model", "prefix",
+__all__ = ["CompressSettings", "MAX_STAGES", "RESCORED", "SCORED_TOKENS", "STAGED_FROM", "Step", "Structure",
+           "TEACHER_STORE", "closest", "compress_recipe", "data_mapping", "default_stages", "dense_model", "final_model", "prefix",
            "scored", "shipped_model", "sized_in_tokens", "stage_name"]
