@@ -126,6 +126,7 @@ def run_one(args, name: str, target: float, arm: str, budget: str, seed: int) ->
             "teacher_metrics": report["teacher_metrics"], "measured_speedup": report["measured_speedup"],
             "heads": report["heads_per_layer"], "ffn": report["neurons_per_layer"], "layers": report["layers"],
             "stages": report.get("compression_stages"), "training": report.get("training"),
+            "choice": report.get("choice"), "precision": report.get("precision"),
             "time": report.get("time"), "seconds": seconds, "load_start": list(load),
             "load_end": list(os.getloadavg())}
 
@@ -185,7 +186,10 @@ def _score(row: dict[str, Any], name: str) -> str:
     shipped = row.get("shipped_metrics") or row["metrics"]
     value, teacher = shipped.get(metric), row["teacher_metrics"].get(metric)
     kept = f" ({100 * value / teacher:.1f}%)" if value is not None and teacher else ""
-    return f"{points * value:.1f}{kept} @{row['measured_speedup']:.2f}x, {row['seconds'] / 60:.1f} min"
+    chosen = (row.get("choice") or {}).get("chosen")
+    precision = {"no": "fp32"}.get(row.get("precision"), row.get("precision"))
+    extra = "".join(f", {x}" for x in (chosen, precision) if x)  # rows before e88e8c6 name neither
+    return f"{points * value:.1f}{kept} @{row['measured_speedup']:.2f}x, {row['seconds'] / 60:.1f} min{extra}"
 
 
 def write_report(args, rows: list[dict[str, Any]]) -> None:
@@ -194,8 +198,9 @@ def write_report(args, rows: list[dict[str, Any]]) -> None:
         return
     lines = ["# Accuracy against wall-clock minutes (issue 46)", "",
              "`python benchmarks/budget_curve.py` (its docstring says what each arm is). Each cell: the shipped int8 "
-             "model's validation score (share of the teacher's) @ the speed-up compress measured, and the run's "
-             "wall-clock minutes. One run at a time, torch's default threads.", ""]
+             "model's validation score (share of the teacher's) @ the speed-up compress measured, the run's "
+             "wall-clock minutes, and where the row says them, the allocation its candidates' comparison kept and "
+             "the training's precision. One run at a time, torch's default threads.", ""]
     for name in sorted({r["task"] for r in done}):
         teacher = next((r["teacher_metrics"] for r in done if r["task"] == name and "teacher_metrics" in r), {})
         metric = rf.TASKS[name].metric
