@@ -353,6 +353,17 @@ def test_the_allocation_closest_to_the_teacher_is_kept(world, tmp_path, capsys, 
     assert code == 0 and "the allocation of the earlier run" in err and ": running" not in err
 
 
+def _rig_candidates(monkeypatch, metric: dict[str, float]) -> None:
+    """The candidates' distances to the teacher (fisher 0.5, fisher+rearranged 0.45, loss-gradient 0.4, uniform
+    0.25: uniform closest) and their task metric, ``metric`` by name, on 900 examples (one standard error of 0.9:
+    0.01), instead of measured ones."""
+    from ghostify.steps import fidelity
+
+    monkeypatch.setattr(fidelity, "teacher_gap", lambda models, *a, **k: [0.5, 0.45, 0.4, 0.25][:len(models)])
+    monkeypatch.setattr(fidelity, "task_metric",
+                        lambda models, *a, **k: ("accuracy", [metric[Path(m).name] for m in models], 900))
+
+
 def test_with_labels_the_tasks_metric_decides_and_the_distance_breaks_ties(world, tmp_path, capsys, fixed_latency,
                                                                            monkeypatch):
     """Issue 46: a label-free distance picked the worst arm by accuracy on SST-2 at 1.5x; where the data has
@@ -361,12 +372,10 @@ def test_with_labels_the_tasks_metric_decides_and_the_distance_breaks_ties(world
     from ghostify.steps import fidelity
 
     names = list(fidelity.candidate_allocations())
-    monkeypatch.setattr(fidelity, "teacher_gap", lambda models, *a, **k: [0.5, 0.45, 0.4, 0.25][:len(models)])
     # uniform is closest to the teacher but scores far below; the first-order search leads the rest by more than
-    # one standard error (of 0.9 on 900 examples: 0.01), so it is kept though further from the teacher
+    # one standard error, so it is kept though further from the teacher
     metric = {"fisher": 0.7, "fisher+rearranged": 0.5, "loss-gradient": 0.9, "uniform": 0.6}
-    monkeypatch.setattr(fidelity, "task_metric",
-                        lambda models, *a, **k: ("accuracy", [metric[Path(m).name] for m in models], 900))
+    _rig_candidates(monkeypatch, metric)
     out = tmp_path / "out"
     code, _, err = run_cli(capsys, *_without_training(world, out, "--speedup", "1.1", "--runtime", "pytorch"))
     assert code == 0, err
@@ -381,19 +390,21 @@ def test_where_the_run_trains_a_tie_goes_to_a_search_not_the_closer_uniform_widt
     """Issue 46: before training, the SQuAD part's candidates at 3x all scored near F1 10 of 59; the distance then
     kept uniform width, which trained to 40.5 where the rearranged search trained to 50.6. Where the run trains, the
     candidates the metric cannot tell apart go to the latency searches first; uniform width only leads by its metric."""
-    from ghostify.steps import fidelity
-
-    monkeypatch.setattr(fidelity, "teacher_gap", lambda models, *a, **k: [0.5, 0.45, 0.4, 0.25][:len(models)])
-    # within one standard error of 0.9 on 900 examples (0.01): every candidate but the first-order search
+    # within one standard error of 0.9: every candidate but the first-order search
     metric = {"fisher": 0.895, "fisher+rearranged": 0.9, "loss-gradient": 0.85, "uniform": 0.9}
-    monkeypatch.setattr(fidelity, "task_metric",
-                        lambda models, *a, **k: ("accuracy", [metric[Path(m).name] for m in models], 900))
+    _rig_candidates(monkeypatch, metric)
     out = tmp_path / "out"
     code, _, err = run_cli(capsys, *_toy_args(world, out, "--speedup", "1.1", "--runtime", "pytorch"))
     assert code == 0, err
     choice = json.loads((out / "report.json").read_text())["choice"]
     assert choice["searches_first"] and choice["chosen"] == "fisher+rearranged"  # the closer of the tied searches
     assert "the latency searches ahead of uniform width" in (out / "report.md").read_text()
+    # without training the pruned model ships as it is: the distance decides the tie
+    out = tmp_path / "untrained"
+    code, _, err = run_cli(capsys, *_without_training(world, out, "--speedup", "1.1", "--runtime", "pytorch"))
+    assert code == 0, err
+    choice = json.loads((out / "report.json").read_text())["choice"]
+    assert not choice["searches_first"] and choice["chosen"] == "uniform"
     # uniform width is kept where its metric leads by more than one standard error
     metric["uniform"] = 0.95
     out = tmp_path / "again"
