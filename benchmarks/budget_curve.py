@@ -23,7 +23,9 @@ Arms (``--arms``):
   8e52ace, which plans the fine-tune again after the last distillation. The SQuAD part's rows before 4086c45
   distilled the hidden states at the standard budget's learning rates and scored on 1,024 and 2,048 windows (its
   ``one-stage`` 20-minute row is that ``all`` arm with one stage, its default then too). Rows before e88e8c6 broke a
-  tie of the candidates' metric by the distance alone, where the run trains too.
+  tie of the candidates' metric by the distance alone, where the run trains too; rows before the standard error
+  read the SQuAD F1 in percent (see ``MetricScores``) kept the candidate of the best F1 alone: the SQuAD part's
+  ``argmax-f1`` row is the ``all`` arm of d39745f, relabelled.
 * ``none-1`` to ``none-4``: ``--budget none`` (no training: scores, pruning and mask tuning) in that many stages.
 
 Every finished run is a row of ``WORK/budget_curve.jsonl`` (skipped when the script runs again); an interrupted
@@ -178,6 +180,11 @@ def main(argv=None) -> None:
     write_report(args, rows)
 
 
+def _arm_order(arm: str) -> int:
+    """Where an arm's rows go in the report: in ARMS' order, relabelled rows of an earlier code last."""
+    return ARMS.index(arm) if arm in ARMS else len(ARMS)
+
+
 def _score(row: dict[str, Any], name: str) -> str:
     if "failed" in row:
         return f"failed ({row['failed']})"
@@ -207,7 +214,7 @@ def write_report(args, rows: list[dict[str, Any]]) -> None:
         lines += [f"## {name} (teacher {metric} {rf.TASKS[name].points * teacher.get(metric, float('nan')):.1f})", "",
                   "| target | arm | budget | seed | result |", "|---|---|---|---|---|"]
         for r in sorted((r for r in done if r["task"] == name),
-                        key=lambda r: (r["target"], ARMS.index(r["arm"]), r["budget"], r["seed"])):
+                        key=lambda r: (r["target"], _arm_order(r["arm"]), r["budget"], r["seed"])):
             lines.append(f"| {r['target']:g}x | {r['arm']} | {r['budget']} | {r['seed']} | {_score(r, name)} |")
         lines.append("")
     machines = {common.machine_line(r["machine"], load=False) for r in done if "machine" in r}  # loads: below

@@ -360,8 +360,8 @@ def _rig_candidates(monkeypatch, metric: dict[str, float]) -> None:
     from ghostify.steps import fidelity
 
     monkeypatch.setattr(fidelity, "teacher_gap", lambda models, *a, **k: [0.5, 0.45, 0.4, 0.25][:len(models)])
-    monkeypatch.setattr(fidelity, "task_metric",
-                        lambda models, *a, **k: ("accuracy", [metric[Path(m).name] for m in models], 900))
+    monkeypatch.setattr(fidelity, "task_metric", lambda models, *a, **k: fidelity.MetricScores(
+        "accuracy", [metric[Path(m).name] for m in models], 900))
 
 
 def test_with_labels_the_tasks_metric_decides_and_the_distance_breaks_ties(world, tmp_path, capsys, fixed_latency,
@@ -430,8 +430,18 @@ def test_task_metric_scores_each_model_on_labelled_training_examples(world, tmp_
     from ghostify.methods.pruning import ImportanceScores
 
     data = ImportanceScores.load(tmp_path / "scored").metadata["data"]
-    metric, scores, count = fidelity.task_metric([world / "model", world / "model"], data, samples=20, seed=1)
-    assert metric == "accuracy" and count == 20 and scores[0] == scores[1] and 0 <= scores[0] <= 1
+    metric, scores, count, full = fidelity.task_metric([world / "model", world / "model"], data, samples=20, seed=1)
+    assert metric == "accuracy" and count == 20 and scores[0] == scores[1] and 0 <= scores[0] <= 1 and full == 1
+
+
+def test_a_metric_in_percent_has_its_standard_error_in_percent():
+    """SQuAD's F1 is in percent: on the SQuAD part at 3x the candidates scored F1 8.1-10.1 on 256 questions, one
+    standard error about 1.9 points; read as a share above 1 its error was 0.0006, and the best F1 alone decided."""
+    from ghostify.steps.fidelity import MetricScores
+
+    assert MetricScores("f1", [10.0], 256, 100.0).standard_error(10.0) == pytest.approx(100 * (0.1 * 0.9 / 256) ** 0.5)
+    assert MetricScores("accuracy", [0.9], 900).standard_error(0.9) == pytest.approx(0.01)
+    assert MetricScores("accuracy", [1.0], 100).standard_error(1.0) == pytest.approx(0.001)  # never zero
 
 
 # ----------------------------------------------------------------------------------------------

@@ -65,6 +65,18 @@ def test_token_classification_chain(family, data, tmp_path):
     assert load_model(tmp_path / "student").config.id2label[1] == "B-THING"  # the tag names travel
 
 
+def test_the_qa_metric_compress_compares_candidates_by_says_it_is_in_percent(data, tmp_path):
+    """compress judges candidate allocations by the task's metric with its standard error: SQuAD's F1 is in percent."""
+    from ghostify.methods.pruning import ImportanceScores
+    from ghostify.steps.fidelity import task_metric
+
+    tiny_checkpoint(tmp_path / "m", "bert", head="question-answering")
+    steps.importance(tmp_path / "m", tmp_path / "scored", dataset=str(data / "squad"), **QA, samples=8)
+    description = ImportanceScores.load(tmp_path / "scored").metadata["data"]
+    scored = task_metric([tmp_path / "scored"], description, samples=8, seed=1)
+    assert scored.name == "f1" and scored.full_score == 100 and 0 <= scored.values[0] <= 100 and scored.count == 8
+
+
 @pytest.mark.parametrize("family", family_params(ALL_FAMILIES, CHAIN_FAMILIES))
 def test_question_answering_chain(family, data, tmp_path, capsys):
     task = dict(dataset=str(data / "squad"), **QA)

@@ -627,7 +627,7 @@ def _choose(recipe: Recipe, run_dir: Path, speedup: float, seed: int, say: Calla
         scores = "" if "metrics" not in choice else ", ".join(
             f"{name} {value:.4f}" for name, value in choice["metrics"].items())
         say(f"before training, on {choice['samples']} training examples the scores did not read: "
-            + (f"{choice['metric']} {scores}; " if scores else "")
+            + (f"{choice['metric']} {scores} (one standard error {choice['standard_error']:.3g}); " if scores else "")
             + f"distance to the teacher {gaps}; {described(choice)} is kept")
     return choice
 

@@ -9,7 +9,7 @@ import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -53,11 +53,27 @@ def teacher_gap(models: list[str | os.PathLike], teacher: str | os.PathLike, des
     return [s / count for s in sums]
 
 
+class MetricScores(NamedTuple):
+    """Each model's score by the task's own metric (``name``), on ``count`` examples; ``full_score``: that metric's
+    perfect score (1 for a share, 100 for one in percent)."""
+
+    name: str
+    values: list[float]
+    count: int
+    full_score: float = 1.0
+
+    def standard_error(self, value: float) -> float:
+        """The standard error of ``value``, a share of ``full_score`` measured on ``count`` examples: how far two
+        candidates' scores may differ by chance alone."""
+        share = min(max(value / self.full_score, 0.0), 1.0)
+        return self.full_score * math.sqrt(max(share * (1 - share), 1e-4) / max(self.count, 1))
+
+
 def task_metric(models: list[str | os.PathLike], description: Mapping[str, Any], *, samples: int,
-                seed: int) -> tuple[str, list[float], int] | None:
+                seed: int) -> MetricScores | None:
     """The task's own metric (the one that picks a training run's best epoch: accuracy, entity F1, F1, ...) of
     each of ``models`` on ``samples`` labelled training examples (a seeded subset of the data ``description``
-    names), its name and the examples scored; None where that data has no labels (or the task reads none)."""
+    names); None where that data has no labels (or the task reads none)."""
     from torch.utils.data import DataLoader
 
     data, task = settings_of(description, "the importance scores")
@@ -81,14 +97,7 @@ def task_metric(models: list[str | os.PathLike], description: Mapping[str, Any],
             scores.append(float(evaluation.run(net, loader, accelerator)[evaluation.select]))
     finally:
         end_run(accelerator, partial_type)
-    return evaluation.select, scores, rows.num_samples
-
-
-def _standard_error(value: float, count: int) -> float:
-    """The standard error of a proportion ``value`` (a score in [0, 1]) measured on ``count`` examples: how far two
-    candidates' scores may differ by chance alone."""
-    share = min(max(value, 0.0), 1.0)
-    return math.sqrt(max(share * (1 - share), 1e-4) / max(count, 1))
+    return MetricScores(evaluation.select, scores, rows.num_samples, evaluation.full_score)
 
 
 #: the allocations compress compares before training (each a set of ``prune`` settings besides the target): the
@@ -163,12 +172,13 @@ def choose_allocation(source: Path, teacher: str | os.PathLike, latency: str | o
     searches_first = False
     scored = task_metric(pruned, description, samples=samples, seed=seed)
     if scored is not None:
-        metric, values, count = scored
-        metrics = dict(zip(settings, values))
-        best = max(values)
-        contenders = [name for name in by_name if metrics[name] >= best - _standard_error(best, count)]
+        metrics = dict(zip(settings, scored.values))
+        best = max(scored.values)
+        margin = scored.standard_error(best)
+        contenders = [name for name in by_name if metrics[name] >= best - margin]
         searches_first = trains
-        result = {"metric": metric, "metrics": metrics, "searches_first": searches_first}
+        result = {"metric": scored.name, "metrics": metrics, "standard_error": margin,
+                  "searches_first": searches_first}
     chosen = min(contenders, key=tie_break(by_name, order, searches_first=searches_first))
     return {"chosen": chosen, "settings": settings[chosen], "gaps": by_name, "samples": samples, **result}
 
@@ -189,5 +199,5 @@ def tie_break(gaps: Mapping[str, float], order: Sequence[str], *,
     return lambda name: (searches_first and name == UNIFORM, gaps[name], order.index(name))
 
 
-__all__ = ["SEARCH", "UNIFORM", "candidate_allocations", "candidate_settings", "choose_allocation", "task_metric",
-           "teacher_gap", "tie_break", "uniform_width_for"]
+__all__ = ["SEARCH", "UNIFORM", "MetricScores", "candidate_allocations", "candidate_settings", "choose_allocation",
+           "task_metric", "teacher_gap", "tie_break", "uniform_width_for"]

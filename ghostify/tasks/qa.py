@@ -108,7 +108,8 @@ class QuestionAnswering(TaskKind):
                                       null_threshold=task.null_threshold)
             return {**squad_metrics(predictions, references), "samples": len(references)}
 
-        return Evaluation(rows=inputs, collate=self.collator(tokenizer), run=run, select="f1")
+        return Evaluation(rows=inputs, collate=self.collator(tokenizer), run=run, select="f1",
+                          full_score=100.0)  # squad_metrics: in percent, as the official script
 
     def augmentation_refusal(self) -> str | None:
         return "replacing words would move the answers' character offsets; augment sentence data"

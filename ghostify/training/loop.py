@@ -90,6 +90,8 @@ class Evaluation:
     collate: Callable
     run: Callable[[nn.Module, Any, Any], dict[str, float]]
     select: str  # key of the metric that selects the best checkpoint (higher is better)
+    # the selected metric's perfect score: 1 for a share (accuracy, entity F1), 100 where it is in percent (SQuAD's)
+    full_score: float = 1.0
     # the score of a constant prediction on the same rows, where the task has one (classification)
     baseline: Callable[[], ConstantBaseline | None] | None = None
 
