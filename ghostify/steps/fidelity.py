@@ -193,9 +193,9 @@ def tie_break(gaps: Mapping[str, float], order: Sequence[str], *,
     every layer sits closest to the teacher right after pruning). Trained, the search kept as much or more: the
     quick budget's distill + fine-tune at 2x, 3 seeds paired, CoNLL-2003 +2.2 F1 [+1.8, +2.6] over uniform, SST-2
     -0.1 [-0.8, +0.6] (``benchmarks/results/retraining_free.md``); on the SQuAD part at 3x in 20 minutes the
-    rearranged search kept F1 50.6 where uniform, kept by the distance on a tie, kept 40.5 (two seeds,
-    ``benchmarks/results/budget_curve.md``). Without training the distance is what the shipped model is judged
-    by, so it decides alone."""
+    rearranged search trained to F1 50.6 where uniform width, kept for an F1 0.3 points ahead before training
+    (inside one standard error), trained to 40.5 (two seeds, ``benchmarks/results/budget_curve.md``). Without
+    training the distance is what the shipped model is judged by, so it decides alone."""
     return lambda name: (searches_first and name == UNIFORM, gaps[name], order.index(name))
 
 
