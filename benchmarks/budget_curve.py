@@ -16,7 +16,8 @@ Arms (``--arms``):
   metric, the stages sized to the time, the last epoch cut to fill it);
 * ``one-stage`` (``--stages 1``), ``two-stages`` (``--stages 2``), ``no-store`` (``--teacher-store-gb 0``),
   ``old-allocation`` (the units of a layer priced alone, as before), ``fp32`` (``--mixed-precision no``: the same
-  as ``all`` on a CPU without bf16 instructions): ``all`` with one setting changed, at ``--ablation-minutes``.
+  as ``all`` on a CPU without bf16 instructions), ``keep-layers`` (``--no-drop-layers``: every layer kept, thinner):
+  ``all`` with one setting changed, at ``--ablation-minutes``.
   The ``two-stages`` rows at 3x were the ``all`` arm while two stages were the default past 2x (before d2690fd),
   and every row before b87e1b2 trained whole epochs only (the ``one-stage`` rows at 3x are today's default without
   the cut last epoch); CoNLL-2003's ``two-stages`` row at 6x was the ``all`` arm before
@@ -57,7 +58,7 @@ RESULTS = REPO / "benchmarks" / "results" / "budget_curve.md"
 ROWS = "budget_curve.jsonl"
 #: the arms that are ``all`` less one change, and the compress flags that take it away
 ABLATIONS = {"one-stage": ["--stages", "1"], "two-stages": ["--stages", "2"], "no-store": ["--teacher-store-gb", "0"],
-             "old-allocation": [], "fp32": ["--mixed-precision", "no"]}
+             "old-allocation": [], "fp32": ["--mixed-precision", "no"], "keep-layers": ["--no-drop-layers"]}
 #: ``--budget none`` (no training) in 1 to 4 stages: K-prune's iterative search (score, prune a little, tune the
 #: masks, score again) against one shot
 NO_TRAINING = {f"none-{k}": ["--stages", str(k)] for k in (1, 2, 3, 4)}
