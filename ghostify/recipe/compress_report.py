@@ -172,8 +172,8 @@ def markdown(report: dict[str, Any]) -> str:
             ties = ("the latency searches ahead of uniform width, then by their distance, as the run trains"
                     if choice.get("searches_first") else "then by their distance")
             margin = f" ({choice['standard_error']:.4g})" if "standard_error" in choice else ""
-            by_metric = (f"{choice['metric']} on them {values} (the candidates within one standard error{margin} of the "
-                         f"best {ties}); ")
+            by_metric = (f"{choice['metric']} on them {values} (the candidates within one standard error{margin} "
+                         f"of the best {ties}); ")
         lines += ["", f"Which allocation: each candidate pruned to the same predicted latency, before any training or "
                       f"tuning, and scored on {choice['samples']} training examples the scores did not read: "
                       f"{by_metric}distance to the teacher (the task's distillation loss; lower is closer): {gaps}. "

@@ -446,5 +446,5 @@ def closest(attempts: list[dict[str, Any]], speedup: float) -> dict[str, Any]:
 
 
 __all__ = ["CompressSettings", "MAX_STAGES", "RESCORED", "SCORED_TOKENS", "STAGED_FROM", "Step", "Structure",
-           "TEACHER_STORE", "closest", "compress_recipe", "data_mapping", "default_stages", "dense_model", "final_model", "prefix",
-           "scored", "shipped_model", "sized_in_tokens", "stage_name"]
+           "TEACHER_STORE", "closest", "compress_recipe", "data_mapping", "default_stages", "dense_model",
+           "final_model", "prefix", "scored", "shipped_model", "sized_in_tokens", "stage_name"]

@@ -169,17 +169,14 @@ def choose_allocation(source: Path, teacher: str | os.PathLike, latency: str | o
     by_name = dict(zip(settings, gaps))
     contenders = list(by_name)
     result: dict[str, Any] = {}
-    searches_first = False
     scored = task_metric(pruned, description, samples=samples, seed=seed)
     if scored is not None:
         metrics = dict(zip(settings, scored.values))
         best = max(scored.values)
         margin = scored.standard_error(best)
         contenders = [name for name in by_name if metrics[name] >= best - margin]
-        searches_first = trains
-        result = {"metric": scored.name, "metrics": metrics, "standard_error": margin,
-                  "searches_first": searches_first}
-    chosen = min(contenders, key=tie_break(by_name, order, searches_first=searches_first))
+        result = {"metric": scored.name, "metrics": metrics, "standard_error": margin, "searches_first": trains}
+    chosen = min(contenders, key=tie_break(by_name, order, searches_first=result.get("searches_first", False)))
     return {"chosen": chosen, "settings": settings[chosen], "gaps": by_name, "samples": samples, **result}
 
 
