@@ -236,12 +236,14 @@ def test_the_report_states_the_speedup_over_the_same_runtime_and_over_the_fastes
     assert ("1.94x over the dense model in ONNX Runtime int8; 1.49x over the fastest dense deployment, "
             "OpenVINO int8") in text
     assert "| **OpenVINO int8** (fastest) | 6.91 | 1.49x |" in text and "| PyTorch | 30.00 | 6.47x |" in text
+    assert "`--runtime openvino-int8` (or `--runtime auto`) compresses for it instead" in text
     compress_report.write_report(tmp_path, report)
     assert json.loads((tmp_path / "report.json").read_text())["fastest_dense"]["deployment"] == "openvino-int8"
     assert (tmp_path / "speedup.png").stat().st_size > 0
     same = _report(fastest_dense={"deployment": "onnx-int8", "title": "ONNX Runtime int8", "ms": 9.0,
                                   "measured": 1.94})
     assert "which is also the fastest dense deployment here" in compress_report.markdown(same)
+    assert "compresses for it instead" not in compress_report.markdown(same)
     alone = _report(fastest_dense=same["fastest_dense"], dense_deployments=_report()["dense_deployments"][:1])
     assert "1.94x over the dense model in ONNX Runtime int8, the only deployment installed" in \
         compress_report.markdown(alone)

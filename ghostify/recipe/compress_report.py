@@ -234,6 +234,10 @@ def _against_every_deployment(report: dict[str, Any]) -> list[str]:
     for row in sorted(rows, key=lambda r: r["ms"]):
         name = f"**{row['title']}** (fastest)" if row["fastest"] else row["title"]
         lines.append(f"| {name} | {row['ms']:.2f} | {row['ms'] / report['latency_ms']['compressed']:.2f}x |")
+    best = report["fastest_dense"]
+    if best["deployment"] != report["deployment"]["runtime"]:  # what a user who ships the dense model would pick
+        lines += ["", f"{best['title']} runs the dense model fastest on this machine: `--runtime {best['deployment']}` "
+                      "(or `--runtime auto`) compresses for it instead."]
     return lines
 
 

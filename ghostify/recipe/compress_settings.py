@@ -260,7 +260,7 @@ class CompressSettings:
     @property
     def embeddings(self) -> bool:
         """Whether the task is sentence embeddings (no labelled fine-tune: its last distillation is the result)."""
-        return self._kind.name == "embeddings"
+        return self._kind.sentence_embedding
 
     @property
     def distill_weights(self) -> dict[str, float]:

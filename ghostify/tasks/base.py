@@ -33,6 +33,9 @@ class TaskKind(ABC):
     noun: str = "classification"
     #: whether the kind's losses read labels (the embeddings task's never do)
     needs_labels: bool = True
+    #: whether the model's output is a sentence embedding: as wide as the hidden size, no labelled fine-tune after
+    #: distillation, shipped in the sentence-transformers layout too (``compress`` reads it)
+    sentence_embedding: bool = False
 
     def __init__(self, preset: TaskPreset, data: DataSettings, task: TaskSettings) -> None:
         self.preset, self.data, self.task = preset, data, task

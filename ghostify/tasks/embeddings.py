@@ -51,6 +51,7 @@ class Embeddings(TaskKind):
     name = "embeddings"
     head = "base"
     needs_labels = False
+    sentence_embedding = True
     targets = ("labels",)
 
     def __init__(self, *args, **kwargs) -> None:
