@@ -434,7 +434,9 @@ def _with_own_code(directory: Path) -> Path:
     return directory
 
 
-@pytest.mark.parametrize("variant", ["stock", "code"])
+#: the everyday run keeps the pruned one (its Auto classes mapped to modeling_ghostify); an unpruned model's stock
+#: export is checked every day by tests/test_export.py
+@pytest.mark.parametrize("variant", [pytest.param("stock", marks=pytest.mark.slow), "code"])
 def test_a_model_with_its_own_code_exports_and_loads_without_ghostify(variant, tmp_path):
     """ghostify builds such a model with transformers' own class, so the export maps the Auto
     classes to that (or to modeling_ghostify), never to the model's code it does not ship; the
