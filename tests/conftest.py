@@ -228,6 +228,21 @@ def _kill_tree(pid: int) -> None:
                 process.kill()
 
 
+def benchmark_module(name: str):
+    """``benchmarks/NAME.py`` imported as the module ``name`` (the benchmarks are scripts, no package; their own
+    directory on ``sys.path`` for the ``common`` they import)."""
+    import importlib.util
+    import sys
+
+    if str(REPO / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(REPO / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:
     """Run the CLI in-process; returns (exit code, stdout, stderr)."""
     from ghostify.cli.app import main

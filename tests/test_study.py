@@ -3,7 +3,6 @@ and a tiny run that is resumed, refuses to mix budgets, and pairs its arms on on
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -14,16 +13,14 @@ import pytest
 
 from ghostify.testing import tiny_checkpoint, tiny_config
 
+from .conftest import benchmark_module
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def study():
-    spec = importlib.util.spec_from_file_location("study_ghost_vs_pruned", REPO / "benchmarks" / "study_ghost_vs_pruned.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("study_ghost_vs_pruned")
 
 
 def test_paired_interval_hand_computed(study):
@@ -265,9 +262,7 @@ def test_kernel_drift_reads_the_applied_kernels(tmp_path):
 
     from ghostify import steps
 
-    spec = importlib.util.spec_from_file_location("ghost_kernel_drift", REPO / "benchmarks" / "ghost_kernel_drift.py")
-    drift = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(drift)
+    drift = benchmark_module("ghost_kernel_drift")
     model = tiny_checkpoint(tmp_path / "tiny")
     for softmax in (True, False):
         ghost = tmp_path / f"ghost-{softmax}"

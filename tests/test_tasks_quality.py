@@ -3,24 +3,19 @@ applies to) is a valid ghostify recipe whose stages carry the lever's settings, 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from .conftest import benchmark_module
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def tq():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("tasks_quality", REPO / "benchmarks" / "tasks_quality.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("tasks_quality")
 
 
 def _validated(raw: dict, path: Path):

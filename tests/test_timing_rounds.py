@@ -3,25 +3,13 @@ about 1x, alone and with another model taking turns (a tiny checkpoint in PyTorc
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from ghostify.testing import tiny_checkpoint
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _script():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("timing_rounds", REPO / "benchmarks" / "timing_rounds.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from .conftest import benchmark_module
 
 
 def test_a_model_against_itself_measures_one_at_every_round_count(tmp_path):
-    script = _script()
+    script = benchmark_module("timing_rounds")
     model = tiny_checkpoint(tmp_path / "model")
     out = tmp_path / "rounds.md"
     script.main(["--dense", str(model), "--compressed", str(model), "--rounds", "3", "9", "--repeats", "2",
