@@ -10,7 +10,6 @@ import yaml
 
 from .conftest import benchmark_module
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
