@@ -11,7 +11,6 @@ import yaml
 from .conftest import benchmark_module
 
 
-
 @pytest.fixture(scope="module")
 def tq():
     return benchmark_module("tasks_quality")
