@@ -138,6 +138,12 @@ def test_a_time_budget_writes_its_counts_and_they_train_the_same_bytes_again(wor
     assert "distillation on" in err and "of 60 s" in err
     # the fine-tune is planned again once the distillation has run, and what it trains is what budget.json says
     assert "the fine-tune planned again after the last distillation" in err
+    # a time budget's student trains without dropout (the teacher's own fine-tune would keep the model's)
+    for stage in ("distill", "final"):
+        config = json.loads((next((timed / "stages").glob(f"*-{stage}")) / "config.json").read_text())
+        arguments = config["ghostify"]["history"][-1]["arguments"]
+        assert arguments["dropout"] == arguments["attention_dropout"] == 0.0, stage
+    assert "The student trained without dropout" in (timed / "report.md").read_text()
     record = json.loads((timed / "allocation.json").read_text())
     assert record["finetune"] == budget["finetune"] and record["finetune_after_distilling"]["slower"] >= 1
     again = tmp_path / "again"

@@ -205,6 +205,7 @@ class _Run:
                                          "counts": r.get("counts")} for k, r in enumerate(records, 1)]
         report["training"] = training_summary(self.recipe(decided, finetune=finetune), self.run_dir)
         report["precision"] = settings.precision
+        report["dropout"] = settings.chosen.dropout
         if self.stage_count is not None:
             report["stage_count"] = self.stage_count
         report["time"] = self.clock.summary(self.run_dir)
@@ -326,7 +327,7 @@ class _Run:
         teacher = stages.get("teacher") or Path(str(settings.teacher))
         rates = training_throughput(pruned, teacher, settings.data, settings.task_settings,
                                     weights=DistillWeights(**settings.distill_weights), precision=settings.precision,
-                                    seed=settings.seed)
+                                    dropout=settings.chosen.dropout, seed=settings.seed)
         return self.clock.plan_stage(k, self.count, rates, self.sizes(), last=last,
                                      finetunes=not settings.embeddings, say=self.say,
                                      refuse=self.count == 1 or self.stage_count is None)

@@ -312,6 +312,10 @@ def _training_lines(report: dict[str, Any]) -> list[str]:
                       f"`{report.get('budget_file', 'budget.json')}`: `--budget` that file trains with them again."]
     if report.get("precision") and report["precision"] != "no":
         lines += ["", f"Training ran in {report['precision']} mixed precision (this machine has it in hardware)."]
+    if report.get("dropout") is not None and rows:
+        lines += ["", "The student trained without dropout (a time budget's choice: a pruned student learns more per "
+                      "step without it, and each step is faster)." if report["dropout"] == 0 else
+                  f"The student trained with dropout {report['dropout']:g} on its hidden states and attention."]
     return lines
 
 

@@ -328,13 +328,16 @@ def compress_recipe(model: str, *, deployment: Deployment, data: dict[str, Any],
     one with the fine-tune on ``finetune``'s counts (labels and the teacher's logits; the embeddings task has no
     labels: its last distillation is the result, ``final``). ``distill_weights``: the distillations' loss weights
     where the task kind's differ from distill's (``TaskKind.compress_distill``). ``store``: the teacher store every training stage
-    shares; ``unlabelled``: more text for the distillations; ``precision``: their mixed precision. Without ``steps``,
+    shares; ``unlabelled``: more text for the distillations; ``precision``: their mixed precision (and the budget's
+    ``dropout`` theirs). Without ``steps``,
     one stage: ``speedup``, ``keep_layers``, ``hidden_width``, ``allocation`` and ``tune`` are its own."""
     if steps is None:  # one stage, given by its own keywords
         steps = [Step(float(speedup), Structure(None if keep_layers is None else list(keep_layers), hidden_width),
                       allocation, tune=tune)]
     train = {"max_samples": budget.max_samples, "epochs": budget.epochs}
     shared = {"mixed_precision": precision} if precision != "no" else {}
+    if budget.dropout is not None:  # the student's training only: the teacher's fine-tune keeps the model's
+        shared |= {"dropout": budget.dropout, "attention_dropout": budget.dropout}
     if store is not None:
         shared["teacher_store"] = store
         if store_gb != TeacherStoreSettings.teacher_store_gb:  # 0: the teacher runs at every step

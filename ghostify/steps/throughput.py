@@ -48,10 +48,12 @@ PROBE_BATCH = 32
 
 def training_throughput(student: str | os.PathLike, teacher: str | os.PathLike, data: DataSettings,
                         task_settings: TaskSettings = TaskSettings(), *, weights: DistillWeights = DistillWeights(),
-                        precision: str = "no", examples: int = PROBE_EXAMPLES, seed: int = 0) -> Throughput:
+                        precision: str = "no", dropout: float | None = None, examples: int = PROBE_EXAMPLES,
+                        seed: int = 0) -> Throughput:
     """Seconds per example of the teacher's pass, a distillation step (its losses weighted by ``weights``: what it
     compares decides what the teacher store reads back), a fine-tuning step and an evaluation of ``student`` with
-    ``teacher`` on ``data``'s training examples (a seeded subset of ``examples``)."""
+    ``teacher`` on ``data``'s training examples (a seeded subset of ``examples``); ``dropout``: the student's in
+    training (None: the model's own), which costs time of its own."""
     seed_everything(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # heads made for the probe, the loaders' own chatter
@@ -59,7 +61,8 @@ def training_throughput(student: str | os.PathLike, teacher: str | os.PathLike, 
                            evaluate=False, require_labels=False)
         kind = task.kind
         teacher_model = kind.load(teacher, role="teacher", need_trained_head=False)
-        student_model = kind.load(student, role="student", need_trained_head=False)
+        student_model = kind.load(student, role="student", need_trained_head=False, dropout=dropout,
+                                  attention_dropout=dropout)
     depth = _depth(student_model), _depth(teacher_model)
     mapping = build_layer_map(*depth, kept=kept_layers(student_model, depth[1]))
     has_head = kind.head_labels(load_config(teacher)) is not None
