@@ -397,6 +397,7 @@ def _loads_without_ghostify(source: Path, export: Path, tmp: Path) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # every day: tests/test_read_only_inputs.py exports from another directory
 def test_relative_model_and_output_from_another_working_directory(tmp_path, capsys, monkeypatch):
     """The README's `ghostify export MODEL -o out`: the check without ghostify runs elsewhere."""
     work = tmp_path / "work"

@@ -92,6 +92,7 @@ def test_the_cli_flag_and_the_recipe_key(tmp_path, qa_model, capsys):
     assert list(fp32.values()) == [(HIDDEN, 2)]
 
 
+@pytest.mark.slow  # every day: the named head kept fp32, and every family's groups resolved
 def test_the_family_independent_groups_name_the_same_modules(tmp_path, qa_model):
     """``task-head`` and ``ffn-down`` resolve through the adapter: the same graph as the BERT module names."""
     by_group = steps.export(qa_model, tmp_path / "group", format="onnx", quantize="int8", keep_fp32=("task-head", "ffn-down"))

@@ -100,6 +100,7 @@ def _data_nodes(path: Path) -> collections.Counter:
     return collections.Counter(n.op_type for n in onnx.load(str(path)).graph.node if n.op_type not in METADATA_OPS)
 
 
+@pytest.mark.slow  # every day: ghosts' ONNX parity (test_export.py)
 def test_export_of_a_ghost_module_is_one_conv_in_a_few_nodes(tmp_path):
     model = tiny_checkpoint(tmp_path / "dense", "bert")
     steps.prune(model, tmp_path / "pruned", width=0.5)

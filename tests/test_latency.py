@@ -282,6 +282,7 @@ def test_pytorch_end_to_end_writes_a_loadable_latency_model(bert, tmp_path, caps
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "lat"]
 
 
+@pytest.mark.slow  # every day: the OpenVINO int8 probes (test_openvino.py) and ONNX Runtime's int8 export
 def test_onnx_int8_end_to_end(bert, tmp_path, monkeypatch):
     """Fewer probes than a real run (each is an ONNX export): enough to identify the four costs."""
     monkeypatch.setattr(module, "probe_shapes", lambda g, narrower=(): [s for s in probe_shapes(g, narrower) if s.name in (

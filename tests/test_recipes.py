@@ -281,7 +281,7 @@ stages:
   - finetune: {{output: teacher, epochs: 2, batch_size: 16, learning_rate: 3.0e-3}}
   - prune: {{width: 0.5}}
   - attach-ghost: {{}}
-  - distill: {{epochs: 3, batch_size: 8, learning_rate: 1.0e-3, checkpoint_steps: 1, max_samples: 128}}
+  - distill: {{epochs: 2, batch_size: 8, learning_rate: 1.0e-3, checkpoint_steps: 2, max_samples: 128}}
   - finetune: {{output: final, epochs: 1, batch_size: 16, learning_rate: 1.0e-3}}
 """
 
