@@ -142,6 +142,18 @@ class Target:
         return self.runtime.versions(self.int8)
 
 
+def session_threads(threads: int | None) -> int:
+    """The threads a graph runtime's session computes on: ``threads``, else as many as torch's CPU work in this
+    process (one per core, ``OMP_NUM_THREADS``, or what the caller set with ``torch.set_num_threads``): one setting
+    for every runtime in a process, where ONNX Runtime's and OpenVINO's own default would take every core beside
+    it (two test workers of one thread each then ran four threads on two cores)."""
+    if threads:
+        return threads
+    import torch  # already imported by whatever made the graph; kept off this module's import for `--help`
+
+    return torch.get_num_threads()
+
+
 def feeds_for(session: Session, batch: Mapping[str, Any], where: Path) -> dict[str, Any]:
     """The numpy inputs ``session`` takes from ``batch`` (tensors or arrays): a missing ``token_type_ids`` is
     zeros (one segment), any other missing input is refused."""
@@ -162,4 +174,4 @@ def first_line(exc: BaseException, limit: int = 200) -> str:
     return text.splitlines()[0][:limit] if text else type(exc).__name__
 
 
-__all__ = ["INT8", "Runtime", "Session", "Target", "Usage", "feeds_for", "first_line"]
+__all__ = ["INT8", "Runtime", "Session", "Target", "Usage", "feeds_for", "first_line", "session_threads"]

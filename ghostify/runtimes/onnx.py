@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GhostifyError
-from .base import Runtime, Usage, first_line
+from .base import Runtime, Usage, first_line, session_threads
 
 
 def _versions(int8: bool) -> list[str]:
@@ -26,9 +26,8 @@ class OrtSession:
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
+        options.intra_op_num_threads = session_threads(threads)
+        options.inter_op_num_threads = 1
         # ``spinning=False`` lets its worker threads sleep as soon as a run ends (``bench``: sessions that take
         # turns must not busy-wait beside the one running); ``precision``: ONNX Runtime's CPU kernels compute
         # fp32 already

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GhostifyError
-from .base import Runtime, Usage, first_line
+from .base import Runtime, Usage, first_line, session_threads
 
 #: OpenVINO's CPU device (the only one ghostify targets)
 DEVICE = "CPU"
@@ -95,15 +95,13 @@ def kept_operations(model: Any, keep: Mapping[str, Sequence[str]]) -> list[str]:
 
 class OvSession:
     """A graph compiled for OpenVINO's CPU device, for latency (``PERFORMANCE_HINT: LATENCY``), on ``threads``
-    threads (None: OpenVINO's choice); ``precision`` "f32" forces fp32 arithmetic. One infer request, reused."""
+    threads (None: as many as torch's); ``precision`` "f32" forces fp32 arithmetic. One infer request, reused."""
 
     def __init__(self, path: Path, *, threads: int | None = None, precision: str | None = None,
                  spinning: bool = True) -> None:
         import openvino
 
-        config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
-        if threads:
-            config["INFERENCE_NUM_THREADS"] = threads
+        config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": session_threads(threads)}
         if precision is not None:
             config["INFERENCE_PRECISION_HINT"] = precision
         core = openvino.Core()
