@@ -135,3 +135,23 @@ def test_compress_ships_in_every_runtime(tmp_path):
         shipped = next(s["eval"] for s in raw["stages"] if "eval" in s and s["eval"].get("output") == "shipped-eval")
         assert shipped["model"] == f"${{{chosen.runtime.name}}}/{chosen.graph}"
 
+
+
+def test_a_session_without_threads_computes_on_torchs_count(tmp_path):
+    """ONNX Runtime's and OpenVINO's own default is every core: a session not given threads takes torch's count
+    (one setting for a process), and one given threads keeps them."""
+    import torch
+
+    from ghostify.runtimes.base import session_threads
+    from ghostify.runtimes.onnx import OrtSession
+
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert session_threads(None) == 1 and session_threads(3) == 3
+        steps.export(tiny_checkpoint(tmp_path / "model", head="base"), tmp_path / "onnx", format="onnx")
+        for threads, expected in ((None, 1), (2, 2)):
+            options = OrtSession(tmp_path / "onnx" / "model.onnx", threads=threads).session.get_session_options()
+            assert options.intra_op_num_threads == expected
+    finally:
+        torch.set_num_threads(previous)
