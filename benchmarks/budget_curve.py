@@ -2,9 +2,10 @@
 one-shot schedule against everything issue 46 changed, and each change alone at one budget.
 
 Every arm starts from the same teacher, all-MiniLM-L6-v2 fine-tuned per task by ``benchmarks/retraining_free.py``
-(``--work`` is shared with it: the teachers are trained once), and ships in ONNX Runtime int8 (batch 1 x 128
-tokens, 1 thread), measured by compress itself. Each run is its own process with torch's default threads (every
-core of the machine), one run at a time: a budget in minutes is the machine's, so nothing else may run beside it.
+(``--work`` is shared with it: the teachers are trained once), and ships in ONNX Runtime int8 (the ``openvino-int8``
+arm: OpenVINO int8; batch 1 x 128 tokens, 1 thread), measured by compress itself. Each run is its own process with
+torch's default threads (every core of the machine), one run at a time: a budget in minutes is the machine's, so
+nothing else may run beside it.
 
 Arms (``--arms``):
 
@@ -16,7 +17,9 @@ Arms (``--arms``):
   metric, the stages sized to the time, the last epoch cut to fill it);
 * ``one-stage`` (``--stages 1``), ``two-stages`` (``--stages 2``), ``no-store`` (``--teacher-store-gb 0``),
   ``old-allocation`` (the units of a layer priced alone, as before), ``fp32`` (``--mixed-precision no``: the same
-  as ``all`` on a CPU without bf16 instructions), ``keep-layers`` (``--no-drop-layers``: every layer kept, thinner):
+  as ``all`` on a CPU without bf16 instructions), ``keep-layers`` (``--no-drop-layers``: every layer kept,
+  thinner), ``openvino-int8`` (``--runtime openvino-int8``: compressed for, timed in and shipped in OpenVINO int8,
+  against the dense model there):
   ``all`` with one setting changed, at ``--ablation-minutes``.
   The ``two-stages`` rows at 3x were the ``all`` arm while two stages were the default past 2x (before d2690fd),
   and every row before b87e1b2 trained whole epochs only (the ``one-stage`` rows at 3x are today's default without
@@ -58,7 +61,8 @@ RESULTS = REPO / "benchmarks" / "results" / "budget_curve.md"
 ROWS = "budget_curve.jsonl"
 #: the arms that are ``all`` less one change, and the compress flags that take it away
 ABLATIONS = {"one-stage": ["--stages", "1"], "two-stages": ["--stages", "2"], "no-store": ["--teacher-store-gb", "0"],
-             "old-allocation": [], "fp32": ["--mixed-precision", "no"], "keep-layers": ["--no-drop-layers"]}
+             "old-allocation": [], "fp32": ["--mixed-precision", "no"], "keep-layers": ["--no-drop-layers"],
+             "openvino-int8": ["--runtime", "openvino-int8"]}
 #: ``--budget none`` (no training) in 1 to 4 stages: K-prune's iterative search (score, prune a little, tune the
 #: masks, score again) against one shot
 NO_TRAINING = {f"none-{k}": ["--stages", str(k)] for k in (1, 2, 3, 4)}
