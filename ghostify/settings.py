@@ -146,6 +146,9 @@ class TrainSettings:
     mixed_precision: str = "no"
     seed: int = DEFAULT_SEED
     checkpoint_steps: int = 200
+    # evaluate the model before the first step too, as one more candidate for the best checkpoint: a fine-tune
+    # that only makes a distilled student worse then writes the student it started from
+    evaluate_first: bool = False
     log_steps: int = field(default=10, metadata={INTERNAL: True})
     # experiment trackers (Accelerate's) that also receive the losses and evaluations, logged under OUT/runs/
     report_to: tuple[str, ...] | None = None
@@ -375,6 +378,9 @@ class Budget:
     tune_masks: int = 0
     #: the dropout of the student's training stages, on hidden states and attention alike (None: the model's own)
     dropout: float | None = None
+    #: the labelled fine-tune's output is the best of its epochs and the distilled student it starts from
+    #: (``finetune --evaluate-first``)
+    evaluate_first: bool = False
 
     @property
     def trains(self) -> bool:
@@ -399,14 +405,14 @@ BUDGETS = {
     "quick": Budget(max_samples=2000, epochs=1, importance_samples=512, tune_masks=2048),
     "standard": Budget(max_samples=8000, epochs=2, importance_samples=1024, tune_masks=2048),
     #: every example of the task, several epochs: a budget for a GPU
-    "full": Budget(max_samples=None, epochs=3, importance_samples=2048, tune_masks=2048),
+    "full": Budget(max_samples=None, epochs=3, importance_samples=2048, tune_masks=2048, evaluate_first=True),
 }
 #: what a budget stated in time (``--budget 20m``) or read from an earlier run's ``budget.json`` trains with,
 #: besides the counts it plans: the standard budget's rates and scoring, and no dropout. A pruned student fits its
 #: teacher less than it could, and dropout's random masks cost a third of a training step on a CPU: the SQuAD
 #: part's 3x student (4 layers of 1 head) distilled for the same 300 steps scored F1 31.7 without dropout against
 #: 24.4 with the model's 0.1, in 207 s against 319 s (benchmarks/results/budget_curve_xeon.md)
-TIMED = replace(BUDGETS["standard"], dropout=0.0)
+TIMED = replace(BUDGETS["standard"], dropout=0.0, evaluate_first=True)
 
 
 @dataclass(frozen=True)

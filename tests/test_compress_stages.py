@@ -144,6 +144,10 @@ def test_a_time_budget_writes_its_counts_and_they_train_the_same_bytes_again(wor
         arguments = config["ghostify"]["history"][-1]["arguments"]
         assert arguments["dropout"] == arguments["attention_dropout"] == 0.0, stage
     assert "The student trained without dropout" in (timed / "report.md").read_text()
+    # its labelled fine-tune competes with the distilled student it starts from (evaluated first, at step 0)
+    final = next((timed / "stages").glob("*-final"))
+    assert json.loads((final / "config.json").read_text())["ghostify"]["history"][-1]["arguments"]["evaluate_first"]
+    assert json.loads((final / "training.json").read_text())["evaluations"][0]["step"] == 0
     record = json.loads((timed / "allocation.json").read_text())
     assert record["finetune"] == budget["finetune"] and record["finetune_after_distilling"]["slower"] >= 1
     again = tmp_path / "again"

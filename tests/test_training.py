@@ -142,6 +142,31 @@ def test_distill_and_finetune_with_teacher(tmp_path, teacher, toy):
     assert accuracy >= 0.9
 
 
+def test_evaluate_first_keeps_the_start_when_no_epoch_beats_it(tmp_path, teacher, toy):
+    """Fine-tuning the toy teacher (validation accuracy 1.0) on flipped training labels only makes it worse: with
+    --evaluate-first its output is the teacher, weight for weight, and training.json says the start was best;
+    without, the output is the worse last epoch (the check can fail)."""
+    from ghostify.steps import finetune
+
+    flipped = tmp_path / "flipped"
+    flipped.mkdir()
+    (flipped / "validation.csv").write_text((toy / "validation.csv").read_text())
+    rows = (toy / "train.csv").read_text().splitlines()
+    (flipped / "train.csv").write_text("\n".join([rows[0], *(f"{r[:-1]}{1 - int(r[-1])}" for r in rows[1:])]) + "\n")
+    settings = {**TOY, "epochs": 1, "batch_size": 16, "learning_rate": 3e-3}
+    finetune(teacher, tmp_path / "kept", dataset=str(flipped), evaluate_first=True, **settings)
+    with pytest.warns(UserWarning, match="no better than always predicting"):
+        finetune(teacher, tmp_path / "trained", dataset=str(flipped), **settings)
+    kept = json.loads((tmp_path / "kept" / "training.json").read_text())
+    assert kept["best_step"] == 0 and kept["best"] == 1.0
+    assert [(e["step"], e["epoch"]) for e in kept["evaluations"]] == [(0, 0), (kept["steps"], 1)]
+    assert kept["evaluations"][1]["eval"]["accuracy"] < 1.0
+    start = load_model(teacher).state_dict()
+    assert all(torch.equal(start[k], v) for k, v in load_model(tmp_path / "kept").state_dict().items())
+    trained = json.loads((tmp_path / "trained" / "training.json").read_text())
+    assert trained["best"] < 1.0 and [e["step"] for e in trained["evaluations"]] == [trained["steps"]]
+
+
 def test_projections_bridge_hidden_sizes_and_are_saved_apart(tmp_path, teacher, toy):
     from safetensors.torch import load_file
 

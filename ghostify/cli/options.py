@@ -75,6 +75,7 @@ SETTING_OPTIONS: dict[str, Any] = {
     "ghost_learning_rate": GhostLearningRate, "weight_decay": WeightDecay,
     "warmup_ratio": WarmupRatio, "max_grad_norm": MaxGradNorm, "gradient_accumulation_steps": GradientAccumulation,
     "mixed_precision": MixedPrecision, "seed": Seed, "checkpoint_steps": CheckpointSteps,
+    "evaluate_first": Annotated[bool, typer.Option("--evaluate-first", help="Evaluate the model before training too: the output is the best of it and every epoch (a fine-tune after distillation never writes a worse student than it started from).")],
     "report_to": Annotated[str | None, typer.Option("--report-to", help="Also log losses, learning rates and evaluations to these experiment trackers (comma-separated: tensorboard, wandb, mlflow; Accelerate's), under OUT/runs/.", show_default=False)],
     # TeacherStoreSettings
     "teacher_store": Annotated[str | None, typer.Option("--teacher-store", help="Keep the teacher's outputs here once computed (hidden states, logits; float16, real tokens only), for every later epoch and for any run or stage given the same directory (a cache: delete it freely). Default: inside OUT.partial for this run, when it reads the teacher in more than one epoch.", show_default=False)],

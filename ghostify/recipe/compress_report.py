@@ -256,7 +256,9 @@ def training_summary(recipe: Any, run_dir: Path) -> list[dict[str, Any]]:
         rows.append({"stage": planned.stage.name, "command": planned.stage.command.name,
                      "examples": (run.get("train") or {}).get("samples"), "epochs": arguments.get("epochs"),
                      "max_steps": arguments.get("max_steps"), "steps": run.get("steps"), "precision": (run.get("settings") or {}).get("mixed_precision", "no"),
-                     "teacher_outputs": run.get("teacher_outputs")})
+                     "teacher_outputs": run.get("teacher_outputs"),
+                     # --evaluate-first: the model it started from scored best, and is what the stage wrote
+                     "kept_start": bool(run.get("evaluations")) and run.get("best_step") == 0})
     return rows
 
 
@@ -312,6 +314,10 @@ def _training_lines(report: dict[str, Any]) -> list[str]:
                       f"`{report.get('budget_file', 'budget.json')}`: `--budget` that file trains with them again."]
     if report.get("precision") and report["precision"] != "no":
         lines += ["", f"Training ran in {report['precision']} mixed precision (this machine has it in hardware)."]
+    for row in rows:
+        if row.get("kept_start"):
+            lines += ["", f"No epoch of {row['stage']} beat the student it started from on the validation split: that "
+                          "student is its output (`--evaluate-first`)."]
     if report.get("dropout") is not None and rows:
         lines += ["", "The student trained without dropout (a time budget's choice: a pruned student learns more per "
                       "step without it, and each step is faster)." if report["dropout"] == 0 else

@@ -387,7 +387,8 @@ def compress_recipe(model: str, *, deployment: Deployment, data: dict[str, Any],
     if budget.trains and not embeddings:
         counts = finetune.to_json() if finetune else train
         stages.append({"finetune": {"output": "final", "teacher": "${teacher}", "teacher_weight": budget.teacher_weight,
-                                    **counts, "learning_rate": budget.finetune_learning_rate, **shared}})
+                                    **counts, "learning_rate": budget.finetune_learning_rate, **shared,
+                                    **({"evaluate_first": True} if budget.evaluate_first else {})}})
     stages.append({"eval": {"output": "final-eval"}})
     if embeddings:  # the sentence-transformers layout, which `--format hf` keeps
         stages.append({"export": {"output": "hf", "format": "hf"}})

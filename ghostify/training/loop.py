@@ -350,6 +350,23 @@ def train(
                 _replace_dir(directory, lambda d: save_student(inner.student, d, inner.extra_state_to_save(state),
                                                                student_state))
 
+        def evaluate(epoch: int) -> None:
+            """Evaluate the student after ``epoch`` epochs; where it beats every evaluation before, it is the best."""
+            with sharding.whole_student(objective):
+                result = evaluation.run(inner.student, shown.evaluating(eval_loader), accelerator)
+            record = {"step": progress.step, "epoch": epoch, "eval": result}
+            progress.history.append(record)
+            log(record)
+            value = result[evaluation.select]
+            improved = progress.best is None or value > progress.best
+            shown.evaluated(progress.step, result, evaluation.select, improved)
+            if improved:
+                progress.best, progress.best_step = value, progress.step
+                save_checkpoint(work / "best")
+
+        # the model as it came in: a candidate for the best (an epoch must beat it); a resumed run has it already
+        if settings.evaluate_first and evaluation is not None and progress.step == 0 and not progress.history:
+            evaluate(0)
         running = progress.running  # saved with the state: a resumed run logs the same means
         for epoch in range(progress.epoch, settings.epochs):
             if progress.step >= total_steps:  # --max-steps reached in an earlier epoch
@@ -396,17 +413,7 @@ def train(
                                            "cpu": round(time.process_time() - epoch_cpu, 3)})
             progress.batch_in_epoch = 0
             if evaluation is not None:
-                with sharding.whole_student(objective):
-                    result = evaluation.run(inner.student, shown.evaluating(eval_loader), accelerator)
-                record = {"step": progress.step, "epoch": epoch + 1, "eval": result}
-                progress.history.append(record)
-                log(record)
-                value = result[evaluation.select]
-                improved = progress.best is None or value > progress.best
-                shown.evaluated(progress.step, result, evaluation.select, improved)
-                if improved:
-                    progress.best, progress.best_step = value, progress.step
-                    save_checkpoint(work / "best")
+                evaluate(epoch + 1)
             save_state()
         shown.close()
 
