@@ -66,6 +66,7 @@ def fake_timing(monkeypatch) -> list[list[str]]:
     return calls
 
 
+@pytest.mark.slow  # the full run (it exports to every runtime; the choice and cache daily, timings faked)
 def test_bench_all_runtimes_times_every_installed_deployment_and_names_the_fastest(tiny, cache, capsys):
     code, out, err = run_cli(capsys, "bench", tiny, "--all-runtimes", "--rounds", "2", "--warmup", "0", "--seq-len",
                              "16")

@@ -201,6 +201,7 @@ def test_eval_counts_texts_and_windows(long_world, capsys):
     assert "windows" not in _eval(long_world, long_world / "m", None)  # truncation: one row per text, as before
 
 
+@pytest.mark.slow  # the full run (the chunks' pooling daily in PyTorch)
 def test_onnx_eval_pools_like_pytorch(long_world, tmp_path):
     pytest.importorskip("onnxruntime")
     from ghostify.checkpoint import load_model

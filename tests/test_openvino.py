@@ -111,6 +111,7 @@ def test_int8_graph_is_quantised_calibrated_and_close(tmp_path):
     assert weights["ov"] == weights["again"] and weights["ov"] != weights["fewer"]
 
 
+@pytest.mark.slow  # the full run (keep-fp32's groups daily in test_export_keep_fp32 (ONNX Runtime))
 def test_keep_fp32_leaves_the_task_head_out_of_int8(tmp_path):
     import openvino
 

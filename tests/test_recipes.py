@@ -286,6 +286,7 @@ stages:
 """
 
 
+@pytest.mark.slow  # the full run (a resumed staged run equals an uninterrupted one daily in test_compress_stages)
 def test_killed_run_skips_completed_stages_resumes_and_equals_an_uninterrupted_one(tmp_path):
     data = write_toy_dataset(tmp_path / "toy", train=128, validation=32)
     tiny_checkpoint(tmp_path / "model")

@@ -171,6 +171,7 @@ def _ghostify_in_turn(env, *calls) -> list[subprocess.CompletedProcess]:
             for argv, r in zip(argvs, json.loads(done.stdout))]
 
 
+@pytest.mark.slow  # the full run (plug-ins load and run daily in test_bad_input_plugins)
 def test_a_plugin_method_is_a_command_a_stage_an_info_row_and_exports(plugin, tmp_path):
     tiny_checkpoint(tmp_path / "m")
     # its order rule holds in a recipe, checked before anything runs

@@ -179,6 +179,7 @@ stages:
 """
 
 
+@pytest.mark.slow  # the full run (the same bytes twice daily in test_compress_stages' time-budget test)
 def test_a_recipe_run_twice_in_fresh_processes_gives_the_same_model(tmp_path, toy):
     """What a user does: `ghostify run` twice, each a new process, into two run directories."""
     tiny_checkpoint(tmp_path / "bare", head="base")

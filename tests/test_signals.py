@@ -90,6 +90,7 @@ def test_ctrl_c_just_before_the_final_rename(world, tmp_path):  # noqa: F811
     _interrupted(process, tmp_path)
 
 
+@pytest.mark.slow  # the full run (Ctrl-C during training daily below)
 def test_ctrl_c_swallowed_by_the_onnx_exporter_still_ends_the_export(world, tmp_path):  # noqa: F811
     """torch's exporter catches broadly: the interrupt it drops is still recorded, and the export
     stops with exit 130 instead of completing."""
