@@ -91,6 +91,7 @@ def settings(name: str, root: Path):
 
 def run_compress(args, name: str, teacher: Path, target: float, arm: str, seed: int, ghosts: bool) -> dict[str, Any]:
     from ghostify.errors import GhostifyError
+    from ghostify.latency_model import Deployment
     from ghostify.recipe.compress import compress
 
     layers, hidden = AXES[arm.removesuffix("+ghosts") if arm.endswith("+ghosts") else arm]
@@ -102,6 +103,7 @@ def run_compress(args, name: str, teacher: Path, target: float, arm: str, seed: 
             warnings.simplefilter("ignore")
             report = compress(teacher, out, speedup=target, budget=args.budget, data=data, task_settings=task,
                               drop_layers=layers, prune_hidden=hidden, ghosts=ghosts, seed=seed, rounds=args.rounds,
+                              deployment=Deployment(runtime="onnx-int8"),  # the runtime its rows were measured in
                               say=common.stderr_log)
     except GhostifyError as exc:
         return {"refused": str(exc)}

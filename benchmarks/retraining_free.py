@@ -267,6 +267,7 @@ def run_none(args, name: str, rows: list[dict[str, Any]]) -> None:
 
 def compressed(args, name: str, speedup: float, model: Path, rows: list[dict[str, Any]]) -> None:
     """``ghostify compress --budget none`` from the teacher, timed: what it chose, kept and measured."""
+    from ghostify.latency_model import Deployment
     from ghostify.recipe.compress import compress
     from ghostify.settings import DataSettings, TaskSettings
 
@@ -278,6 +279,7 @@ def compressed(args, name: str, speedup: float, model: Path, rows: list[dict[str
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         report = compress(model, args.work / name / f"x{speedup:g}" / "compress", speedup=speedup, budget="none",
+                          deployment=Deployment(runtime="onnx-int8"),  # the runtime its rows were measured in
                           data=DataSettings(**{k: v for k, v in data.items() if k not in task_keys}),
                           task_settings=TaskSettings(**{k: v for k, v in data.items() if k in task_keys}),
                           say=common.stderr_log)

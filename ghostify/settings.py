@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from .errors import GhostifyError
+from .runtimes import AUTO
 
 #: the datasets library id a task name is looked up in (``--dataset``'s default)
 DEFAULT_DATASET = "nyu-mll/glue"
@@ -417,8 +418,14 @@ TIMED = replace(BUDGETS["standard"], dropout=0.0, evaluate_first=True)
 
 @dataclass(frozen=True)
 class CompressDefaults:
-    """``ghostify compress``: the settings that are its own (the deployment's are :class:`Deployment`'s)."""
+    """``ghostify compress``: the settings that are its own (the deployment's are :class:`Deployment`'s, but for its
+    runtime)."""
 
+    #: the runtime it ships in: the installed deployment that runs the dense model fastest here (``--runtime auto``).
+    #: On a 2-core Xeon with AMX the SQuAD part at 3x compressed for OpenVINO int8 (the fastest there) kept F1 35.3,
+    #: 40.2 and 32.2 on three seeds against 33.5, 35.7 and 31.8 for ONNX Runtime int8, in graphs 1.25-1.44x faster:
+    #: a cheaper layer keeps more depth at one latency (benchmarks/results/budget_curve_xeon.md)
+    runtime: str = AUTO
     budget: str = "quick"
     #: ghosts stay off: they did not beat the pruned model in benchmarks/studies/ghost-vs-pruned(-medium)
     ghosts: bool = False

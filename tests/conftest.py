@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -160,9 +161,19 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 def _compress_times_its_own_deployment_only(monkeypatch):
     """compress ends by timing the dense model in every installed deployment, exporting it to each runtime (30-45 s
     for a tiny model on this project's 2-core machines): the tests time the dense model in the deployment they ship
-    in only. tests/test_deployments.py times every deployment, and fakes the timings of compress's report."""
+    in only. tests/test_deployments.py times every deployment, and fakes the timings of compress's report.
+    compress's default ``--runtime auto`` would time the dense model in every deployment first: here it takes the
+    deployment listed first (test_deployments.py checks the choice by timing)."""
     monkeypatch.setattr("ghostify.recipe.compress_timing.installed_deployments", lambda: ())
+    monkeypatch.setattr("ghostify.recipe.compress_timing.chosen_deployment", _first_listed_deployment)
     yield
+
+
+def _first_listed_deployment(model, deployment, **_):
+    """``--runtime auto`` resolved without timing: the deployment listed first (``DEFAULT_DEPLOYMENT``)."""
+    from ghostify.runtimes import AUTO, DEFAULT_DEPLOYMENT
+
+    return deployment if deployment.runtime != AUTO else dataclasses.replace(deployment, runtime=DEFAULT_DEPLOYMENT)
 
 
 @pytest.fixture(autouse=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from ghostify.latency_model import Deployment
 from ghostify.recipe.compress_settings import SCORED_TOKENS, CompressSettings, Step, scored, sized_in_tokens
 from ghostify.settings import BUDGETS, DataSettings, TaskSettings
 from ghostify.steps.training_common import task_kind
@@ -59,7 +60,8 @@ def test_each_kind_distils_with_its_own_losses(task, expected):
     data = DataSettings(task=task, dataset="d", **({"text_columns": ("sentence",)} if task == "embeddings" else {}))
     weights = task_kind(data, TaskSettings()).compress_distill
     assert weights == expected
-    settings = CompressSettings(model="m", speedup=2, budget="quick", data=data, teacher="t")
+    settings = CompressSettings(model="m", speedup=2, budget="quick", data=data, teacher="t",
+                                deployment=Deployment(runtime="onnx-int8"))  # compress resolves its default, auto, first
     assert settings.distill_weights == expected and settings.embeddings == (task == "embeddings")
     recipe = settings.recipe([Step(2.0)])
     (distill,) = [s for s in recipe.stages if s.command.name == "distill"]

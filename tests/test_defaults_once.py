@@ -135,6 +135,9 @@ def mismatches(command: click.Command, step: Callable[..., Any] | None, function
     named = _named_settings(function)
     if step is not None:
         named = {**_named_settings(step), **named}
+    # a step's settings parameter whose default instance sets a field (compress: Deployment(runtime=...)) declares it
+    instances = {type(p.default): p.default for p in inspect.signature(inspect.unwrap(step)).parameters.values()
+                 if dataclasses.is_dataclass(p.default) and not isinstance(p.default, type)} if step is not None else {}
     problems, checked = [], []
     for option in command.params:
         have = EMPTY if option.required else option.default
@@ -143,7 +146,10 @@ def mismatches(command: click.Command, step: Callable[..., Any] | None, function
             wants.append((f"the step's keyword {option.name}", declared[option.name]))
         for cls in {*classes, *([named[option.name]] if option.name in named else [])}:
             if option.name in {f.name for f in dataclasses.fields(cls)}:
-                wants.append((f"{cls.__name__}.{option.name}", _field_default(cls, option.name)))
+                if cls in instances:
+                    wants.append((f"the step's {cls.__name__}(...).{option.name}", getattr(instances[cls], option.name)))
+                else:
+                    wants.append((f"{cls.__name__}.{option.name}", _field_default(cls, option.name)))
         for what, want in wants:
             if not _same(have, want):
                 shown = "required" if have is EMPTY else repr(have)

@@ -84,7 +84,7 @@ def compress(
     output: str | os.PathLike,
     *,
     speedup: float,
-    deployment: Deployment = Deployment(),
+    deployment: Deployment = Deployment(runtime=CompressDefaults.runtime),
     data: DataSettings = DataSettings(),
     task_settings: TaskSettings = TaskSettings(),
     teacher: str | os.PathLike | None = None,
@@ -127,11 +127,12 @@ def compress(
         raise GhostifyError(f"output {out} exists and is a file; choose another -o")
     say = _Said(say)  # each stage's line once, however often the runner is re-entered for a prefix of the recipe
     settings, fine_tunes_teacher = _resolved(settings, out, say)
+    asked = settings.deployment.runtime
     settings = chosen_runtime(settings, say)  # --runtime auto: the fastest installed deployment of the dense model
     _check_reachable(settings, say)  # before any stage runs or OUT is written
     if fine_tunes_teacher:
         say(f"{settings.model} has no trained head for task {settings.data.task}: a teacher is fine-tuned first")
-    run = _Run(settings, out, say)
+    run = _Run(settings, out, say, runtime_asked=asked)
     check_outputs(run.recipe(run.undecided()), run.run_dir, plan(run.recipe(run.undecided()), run.run_dir))
     # one run at a time on OUT: a second run would interleave with this one (each removing the other's
     # half-written stages); it is refused in one line instead
@@ -146,8 +147,9 @@ def compress(
 class _Run:
     """One compress run: its settings, directories and what it decided so far; :meth:`execute` runs it."""
 
-    def __init__(self, settings: CompressSettings, out: Path, say: _Said) -> None:
+    def __init__(self, settings: CompressSettings, out: Path, say: _Said, *, runtime_asked: str) -> None:
         self.settings, self.out, self.say = settings, out, say
+        self.runtime_asked = runtime_asked  # "auto" where the runtime was chosen by timing the dense model
         self.run_dir = out / STAGES
         # every training stage reads the teacher's outputs from one store (a budget that trains)
         self.store = str(self.run_dir / TEACHER_STORE) if settings.chosen.trains else None
@@ -204,6 +206,7 @@ class _Run:
                                                           r["attempts"][-1]["measured"]),
                                          "counts": r.get("counts")} for k, r in enumerate(records, 1)]
         report["training"] = training_summary(self.recipe(decided, finetune=finetune), self.run_dir)
+        report["runtime_asked"] = self.runtime_asked
         report["precision"] = settings.precision
         report["dropout"] = settings.chosen.dropout
         if self.stage_count is not None:

@@ -89,7 +89,7 @@ class CompressSettings:
 
     model: str
     speedup: float
-    deployment: Deployment = Deployment()
+    deployment: Deployment = Deployment(runtime=CompressDefaults.runtime)
     data: DataSettings = DataSettings()
     task_settings: TaskSettings = TaskSettings()
     #: None: the model itself when it has a trained head for the task, else one is fine-tuned from it

@@ -17,7 +17,8 @@ from pathlib import Path
 from ..errors import GhostifyError
 from .base import INT8, Runtime, Session, Target, Usage, feeds_for, first_line
 
-#: the deployment ``latency``, ``prune --speedup`` and ``compress`` target unless told otherwise
+#: the deployment ``latency`` and ``prune --speedup`` target unless told otherwise, listed first; ``compress`` picks
+#: the fastest (``CompressDefaults.runtime``)
 DEFAULT_DEPLOYMENT = "onnx-int8"
 #: ``--runtime auto`` (``latency``, ``compress``): the fastest installed deployment of the dense model, timed for the
 #: deployment's shape on this machine (``ghostify.steps.deployments``); never a deployment itself

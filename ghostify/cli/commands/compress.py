@@ -18,7 +18,7 @@ from ..settings_options import settings_options
     "ghostify compress out/teacher -o out/c3 --task sst2 --speedup 3 --runtime onnx-int8 --batch-size 32 --threads 2\n\n"
     "ghostify compress bert-base-uncased -o out/c2 --task mrpc --speedup 2 --budget standard --runtime pytorch\n\n"
     "ghostify compress out/teacher -o out/c6 --task sst2 --speedup 6 --budget 20m\n\n"
-    "ghostify compress out/teacher -o out/c2 --task sst2 --speedup 2 --runtime auto\n\n"
+    "ghostify compress out/teacher -o out/c2 --task sst2 --speedup 2 --runtime openvino-int8\n\n"
     "ghostify compress ../shared/models/all-MiniLM-L6-v2 -o out/e2 --task embeddings --dataset ../shared/data/glue/stsb --text-columns sentence1,sentence2 --speedup 2 --budget 20m"
 )
 @settings_options(after={"speedup": "output"})
@@ -27,7 +27,7 @@ def compress(
     output: Annotated[str, typer.Option("--output", "-o", help="Directory of the run: stages/, report.md, report.json, speedup.png (re-running it skips what is done).", show_default=False)],
     *,
     speedup: Annotated[float, typer.Option("--speedup", help="How many times faster than MODEL the result must run, measured in the target runtime.", show_default=False)],
-    runtime: Annotated[str, typer.Option("--runtime", help=f"The runtime it ships in: {', '.join(RUNTIMES)} (auto: the installed one that runs MODEL fastest in this shape, timed here and said).")] = Deployment.runtime,
+    runtime: Annotated[str, typer.Option("--runtime", help=f"The runtime it ships in: {', '.join(RUNTIMES)} (auto: the installed one that runs the dense MODEL fastest in this shape, timed here once and said).")] = CompressDefaults.runtime,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Sequences per forward pass in the deployment.")] = Deployment.batch_size,
     seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence in the deployment.")] = Deployment.seq_len,
     threads: Annotated[int, typer.Option("--threads", help="CPU threads of the deployment.")] = Deployment.threads,
