@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 from ghostify.checkpoint import load_config  # noqa: E402
-from ghostify.latency_model import Deployment  # noqa: E402
+from ghostify.latency_model import Deployment, LatencyModel  # noqa: E402
 from ghostify.steps.bench import take_turns  # noqa: E402
-from ghostify.steps.latency import (Shape, _prepared, fit_costs, original_geometry, probe_config,  # noqa: E402
+from ghostify.steps.latency import (Shape, fit_costs, original_geometry, prepared_pass, probe_config,  # noqa: E402
                                     probe_shapes, validation_shapes)
 
 #: the shapes compress kept at 3x on a 2-core Xeon (ONNX Runtime int8 and OpenVINO int8), and neighbours of them
@@ -78,14 +78,16 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)  # the deployment's one thread, as ghostify latency times it
     info = common.machine_info()
     with tempfile.TemporaryDirectory(prefix="latency-fit-") as scratch:
-        runs = [_prepared(config, s, deployment, 0, Path(scratch) / f"{i:02d}") for i, s in enumerate(shapes)]
+        runs = [prepared_pass(config, s, deployment, 0, Path(scratch) / f"{i:02d}") for i, s in enumerate(shapes)]
         _, cpu = take_turns(runs, rounds=args.rounds, warmup=args.warmup)
     measured = [statistics.median(c) for c in cpu]  # one thread: CPU time is the pass's own work
     rows = [{**s.row(), "measured_ms": m} for s, m in zip(shapes, measured)]
     (base, layer, head, neuron), _ = fit_costs(rows[:len(probes)], geometry.hidden_size)
+    fitted = LatencyModel(geometry, deployment, info["cpu"], base_ms=base, layer_ms=layer, head_ms=head,
+                          neuron_ms=neuron)  # what `ghostify latency` would have fitted on these timings
 
     def predicted(shape: Shape) -> float:
-        return base + len(shape.heads) * layer + sum(shape.heads) * head + sum(shape.neurons) * neuron
+        return fitted.predict(shape.heads, shape.neurons)
 
     dense_shape = checks[0]
     dense_measured, dense_fitted = measured[len(probes)], predicted(dense_shape)

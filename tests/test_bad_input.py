@@ -371,6 +371,8 @@ def test_a_signal_during_a_write_leaves_nothing_behind(signum, code, world, tmp_
     assert list(tmp_path.iterdir()) == [], "the output or its temporary directory was left behind"
 
 
+@pytest.mark.slow  # the full run (every day Ctrl-C during training, test_signals.py, and SIGTERM during a write
+# above: the same handler)
 def test_sigterm_during_training_exits_143_without_output(world, tmp_path):
     """`python -m ghostify finetune`, terminated while it trains: its resumable state
     (OUT.partial) stays, as after Ctrl-C; no output and no temporary directory."""

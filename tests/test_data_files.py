@@ -91,7 +91,7 @@ def test_a_validation_file_is_the_validation_split_and_train_is_the_whole_file(t
     assert not [w for w in recwarn if "held out" in str(w.message)]
 
 
-def test_string_labels_round_trip_to_the_checkpoint_and_its_export(tmp_path, capsys):
+def test_string_labels_round_trip_to_the_checkpoint_and_its_export(tmp_path, capsys, without_load_check):
     model = tiny_checkpoint(tmp_path / "m", head="base")
     data = write_rows(tmp_path / "reviews.csv", _rows(48))
     code, _, err = run_cli(capsys, "finetune", model, "-o", tmp_path / "ft", "--dataset", data, "--text-columns", "sentence",

@@ -341,7 +341,8 @@ def test_hf_export_of_a_dropped_model_loads_without_ghostify(tmp_path, without_l
     assert json.loads(loaded.stdout.strip().splitlines()[-1])[case["dir"]]["worst"] <= 1e-5
 
 
-def test_a_model_with_only_dropped_layers_exports_as_a_stock_checkpoint(tmp_path):
+def test_a_model_with_only_dropped_layers_exports_as_a_stock_checkpoint(tmp_path, without_load_check):
+    # (a stock export's load with plain transformers: tests/test_export.py's stock checkpoint, every day)
     tiny_checkpoint(tmp_path / "m", "bert", num_hidden_layers=4)
     steps.drop_layers(tmp_path / "m", tmp_path / "dropped", layers="1,2")
     result = steps.export(tmp_path / "dropped", tmp_path / "hf", format="hf")

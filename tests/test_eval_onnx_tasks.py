@@ -15,6 +15,8 @@ from ghostify.testing import (
     write_toy_squad_dataset,
 )
 
+from .test_messages import extra, world  # noqa: F401  (the toy classifier's ONNX export, built once)
+
 pytest.importorskip("onnxruntime")
 
 TASKS = {
@@ -54,12 +56,10 @@ def test_onnx_export_of_a_sentence_embedding_model_evaluates_like_its_checkpoint
     assert scores["onnx"] == pytest.approx(scores["pytorch"], abs=1e-4)  # fp32: the same cosines, up to rounding
 
 
-def test_onnx_export_of_another_head_is_refused(tmp_path):
-    model = tiny_checkpoint(tmp_path / "model")  # a sentence classifier
+def test_onnx_export_of_another_head_is_refused(extra, tmp_path):  # noqa: F811
     data = write_toy_ner_dataset(tmp_path / "data", train=8, validation=8)
-    steps.export(model, tmp_path / "onnx", format="onnx")
-    with pytest.raises(GhostifyError, match="without a token-classification head"):
-        steps.evaluate(tmp_path / "onnx", dataset=str(data), max_length=32, tokens_column="tokens",
+    with pytest.raises(GhostifyError, match="without a token-classification head"):  # a sentence classifier's export
+        steps.evaluate(extra / "onnx", dataset=str(data), max_length=32, tokens_column="tokens",
                        tags_column="ner_tags")
 
 

@@ -30,21 +30,29 @@ def qa_model(tmp_path_factory):
     return tiny_checkpoint(tmp_path_factory.mktemp("qa") / "model", head="question-answering")
 
 
-def test_the_named_head_stays_fp32_and_the_rest_is_quantised(tmp_path, qa_model):
-    plain = steps.export(qa_model, tmp_path / "plain", format="onnx", quantize="int8")
+@pytest.fixture(scope="module")
+def plain(qa_model, tmp_path_factory):
+    """The QA model's int8 export without --keep-fp32 (the directory, and export's result), read by two tests."""
+    out = tmp_path_factory.mktemp("plain") / "plain"
+    return out, steps.export(qa_model, out, format="onnx", quantize="int8")
+
+
+def test_the_named_head_stays_fp32_and_the_rest_is_quantised(tmp_path, qa_model, plain):
+    plain_dir, plain = plain
     kept = steps.export(qa_model, tmp_path / "kept", format="onnx", quantize="int8", keep_fp32=("qa_outputs",))
     assert "kept_fp32" not in plain and len(kept["kept_fp32"]) >= 1
-    ops_plain, fp32_plain = _ops(tmp_path / "plain" / "model_int8.onnx")
+    ops_plain, fp32_plain = _ops(plain_dir / "model_int8.onnx")
     ops_kept, fp32_kept = _ops(tmp_path / "kept" / "model_int8.onnx")
     assert fp32_plain == {}  # every weight MatMul is int8 without the flag
     assert list(fp32_kept.values()) == [(HIDDEN, 2)]  # only the QA head's (hidden -> start/end) weight is fp32
     assert ops_kept.count("MatMulInteger") == ops_plain.count("MatMulInteger") - 1
     card = (tmp_path / "kept" / "README.md").read_text()
-    assert "dynamic quantisation; fp32: `qa_outputs`" in card and "fp32: `" not in (tmp_path / "plain" / "README.md").read_text()
+    assert "dynamic quantisation; fp32: `qa_outputs`" in card and "fp32: `" not in (plain_dir / "README.md").read_text()
     # the fp32 graph is the same either way
-    assert (tmp_path / "plain" / "model.onnx").read_bytes() == (tmp_path / "kept" / "model.onnx").read_bytes()
+    assert (plain_dir / "model.onnx").read_bytes() == (tmp_path / "kept" / "model.onnx").read_bytes()
 
 
+@pytest.mark.slow  # every day the CLI test below keeps the same patterns and checks the same MatMuls
 def test_a_pattern_keeps_every_module_it_matches(tmp_path, qa_model):
     """``*.intermediate.dense`` matches each layer's FFN input projection: one fp32 MatMul per layer."""
     result = steps.export(qa_model, tmp_path / "onnx", format="onnx", quantize="int8",
@@ -54,9 +62,9 @@ def test_a_pattern_keeps_every_module_it_matches(tmp_path, qa_model):
     assert len(result["kept_fp32"]) >= LAYERS + 1
 
 
-def test_keeping_nodes_fp32_brings_the_int8_graph_closer_to_pytorch(tmp_path, qa_model):
+def test_keeping_nodes_fp32_brings_the_int8_graph_closer_to_pytorch(tmp_path, qa_model, plain):
     """Every module kept fp32 (embedding tables included): the int8 graph computes what PyTorch does."""
-    plain = steps.export(qa_model, tmp_path / "plain", format="onnx", quantize="int8")
+    _, plain = plain
     every = steps.export(qa_model, tmp_path / "every", format="onnx", quantize="int8", keep_fp32=("*",))
     assert every["int8_difference"] < 1e-4 < plain["int8_difference"]  # nothing quantised: the fp32 graph's outputs
     ops, _ = _ops(tmp_path / "every" / "model_int8.onnx")
@@ -80,6 +88,8 @@ def test_the_cli_flag_and_the_recipe_key(tmp_path, qa_model, capsys):
                            "--keep-fp32", "qa_outputs, *.intermediate.dense")
     assert code == 0, err
     assert "graph nodes kept fp32" in err
+    _, fp32 = _ops(tmp_path / "cli" / "model_int8.onnx")  # the pattern matched each layer's FFN input projection
+    assert sorted(fp32.values()) == sorted([(HIDDEN, FFN)] * LAYERS + [(HIDDEN, 2)]), fp32
     code, _, err = run_cli(capsys, "export", qa_model, "-o", tmp_path / "bad", "--format", "onnx", "--quantize", "int8",
                            "--keep-fp32", "nothing")
     assert code != 0 and "Traceback" not in err and "names no module" in err

@@ -13,6 +13,7 @@ Tolerances stated here, on the tiny models' outputs (hidden states after a layer
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,17 @@ def _worst(net: torch.nn.Module, graph: GraphModel, batch: dict[str, torch.Tenso
     return worst, max(float(pick(getattr(expected, n)).abs().max()) for n in names)
 
 
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> tuple[Path, Path, dict]:
+    """A bare BERT encoder exported once to the IR and its int8 graph (40 calibration examples), which the tests that
+    read an export share (each reads it, or a copy): (the checkpoint, the export's directory, export's result)."""
+    root = tmp_path_factory.mktemp("openvino-export")
+    source = tiny_checkpoint(root / "model", "bert", head="base")
+    result = steps.export(source, root / "ov", format="openvino", quantize="int8", calibration_samples=40,
+                          **_data(root))
+    return source, root / "ov", result
+
+
 def _other_batch(net: torch.nn.Module) -> dict[str, torch.Tensor]:
     batch = example_batch(net.config, input_names(net), 4, 17, seed=9)
     batch["attention_mask"][0, 3:] = 0  # a padding pattern the export's own check did not use
@@ -75,39 +87,43 @@ def test_export_matches_pytorch_in_fp32(tmp_path, family):
     assert worst <= 1e-4
 
 
-def test_default_precision_is_bf16_where_the_cpu_has_it(tmp_path):
+def test_default_precision_is_bf16_where_the_cpu_has_it(exported):
     reduced = OPENVINO.reduced_precision()
     if reduced is None:
         pytest.skip("this CPU has no bf16: OpenVINO computes fp32 by default (the fp32 test covers it)")
-    source = tiny_checkpoint(tmp_path / "model", "bert", head="base")
-    result = steps.export(source, tmp_path / "ov", format="openvino")
+    source, ov, result = exported
     assert result["precision"]["name"] == reduced
     net = load_model(source).eval()
-    default = GraphModel(tmp_path / "ov" / "model.xml")
+    default = GraphModel(ov / "model.xml")
     assert default.session.precision == reduced
     worst, scale = _worst(net, default, _other_batch(net))
     assert 0 < worst <= BF16_TOLERANCE * scale  # bf16 differs from fp32, within its tolerance
 
 
-def test_int8_graph_is_quantised_calibrated_and_close(tmp_path):
+def test_int8_graph_is_quantised_calibrated_and_close(exported):
     import openvino
 
-    source = tiny_checkpoint(tmp_path / "model", "bert", head="base")
-    data = _data(tmp_path)
-    result = steps.export(source, tmp_path / "ov", format="openvino", quantize="int8", calibration_samples=40, **data)
+    source, ov, result = exported
     assert result["files"] == ["model.xml", "model.bin", "model_int8.xml", "model_int8.bin"]
     assert result["calibration_samples"] == 40
-    ops = openvino.Core().read_model(str(tmp_path / "ov" / "model_int8.xml")).get_ordered_ops()
+    ops = openvino.Core().read_model(str(ov / "model_int8.xml")).get_ordered_ops()
     assert sum(op.get_type_name() == "FakeQuantize" for op in ops) >= 2 * 6  # every layer's projections
-    assert (tmp_path / "ov" / "model_int8.bin").stat().st_size < 0.5 * (tmp_path / "ov" / "model.bin").stat().st_size
+    assert (ov / "model_int8.bin").stat().st_size < 0.5 * (ov / "model.bin").stat().st_size
     net = load_model(source).eval()
-    worst, scale = _worst(net, GraphModel(tmp_path / "ov" / "model_int8.xml"), _other_batch(net))
+    worst, scale = _worst(net, GraphModel(ov / "model_int8.xml"), _other_batch(net))
     assert 0 < worst <= INT8_TOLERANCE * scale
     assert result["int8_difference"] <= INT8_TOLERANCE * scale
-    # the calibration is what sets the ranges: other examples give other bytes, the same ones the same bytes
+
+
+@pytest.mark.slow  # two more NNCF calibrations (~25 s): the full run's; every day the int8 graph is checked above
+def test_the_calibration_examples_set_the_int8_bytes(exported, tmp_path):
+    """The calibration is what sets the ranges: other examples give other bytes, the same ones the same bytes."""
+    source, ov, _ = exported
+    data = _data(tmp_path)  # the same toy data as the shared export's (written from a fixed seed)
     steps.export(source, tmp_path / "again", format="openvino", quantize="int8", calibration_samples=40, **data)
     steps.export(source, tmp_path / "fewer", format="openvino", quantize="int8", calibration_samples=3, **data)
-    weights = {name: (tmp_path / name / "model_int8.bin").read_bytes() for name in ("ov", "again", "fewer")}
+    weights = {name: (where / "model_int8.bin").read_bytes()
+               for name, where in (("ov", ov), ("again", tmp_path / "again"), ("fewer", tmp_path / "fewer"))}
     assert weights["ov"] == weights["again"] and weights["ov"] != weights["fewer"]
 
 
@@ -162,9 +178,8 @@ def test_eval_and_bench_run_the_ir(tmp_path, capsys):
     assert code != 0 and err.count("\n") == 1 and "missing.xml" in err
 
 
-def test_a_damaged_ir_is_one_line(tmp_path, capsys):
-    source = tiny_checkpoint(tmp_path / "model", "bert")
-    steps.export(source, tmp_path / "ov", format="openvino")
+def test_a_damaged_ir_is_one_line(exported, tmp_path, capsys):
+    shutil.copytree(exported[1], tmp_path / "ov")  # a copy: the shared export stays whole
     (tmp_path / "ov" / "model.xml").write_text("<net>not a graph")
     code, _, err = run_cli(capsys, "bench", tmp_path / "ov", "--rounds", "1", "--seq-len", "8")
     assert code != 0 and err.count("\n") == 1 and "cannot be loaded" in err and "--format openvino" in err

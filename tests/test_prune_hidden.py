@@ -353,7 +353,7 @@ def test_distill_compares_the_student_with_the_teachers_kept_channels(tmp_path, 
 # ----------------------------------------------------------------------------------------------
 # a bare encoder's output: narrower (said in one line), or padded back with --keep-output-dim
 # ----------------------------------------------------------------------------------------------
-def test_a_sentence_transformer_is_told_its_dimension_changes_or_keeps_it_padded(tmp_path):
+def test_a_sentence_transformer_is_told_its_dimension_changes_or_keeps_it_padded(tmp_path, without_load_check):
     model = tiny_sentence_transformer(tmp_path / "st")
     with pytest.warns(UserWarning) as caught:  # no scores: weight magnitude, said too
         steps.prune_hidden(model, tmp_path / "narrow", hidden_width="0.75")
@@ -373,16 +373,27 @@ def test_a_sentence_transformer_is_told_its_dimension_changes_or_keeps_it_padded
     assert torch.equal(big.pooler_output[..., kept], small.pooler_output)
     # the padding is one constant gather
     assert PadChannels([1, 3], 4).source == [2, 0, 2, 1]
-    for name, width in (("narrow", 24), ("padded", 32)):
-        steps.export(tmp_path / name, tmp_path / f"{name}-hf", format="hf")
-        pooling = json.loads((tmp_path / f"{name}-hf" / "1_Pooling" / "config.json").read_text())
-        assert pooling["word_embedding_dimension"] == width
-    result = steps.export(tmp_path / "padded", tmp_path / "padded-onnx", format="onnx", quantize="int8")
-    assert result["outputs"] == ["last_hidden_state", "sentence_embedding"]
-    assert result["max_difference"] <= 1e-4 and result["int8_difference"] <= 0.2
+    steps.export(tmp_path / "narrow", tmp_path / "narrow-hf", format="hf")  # its pooling told the new width
+    pooling = json.loads((tmp_path / "narrow-hf" / "1_Pooling" / "config.json").read_text())
+    assert pooling["word_embedding_dimension"] == 24
     tiny_checkpoint(tmp_path / "classifier", "bert")
     with pytest.raises(GhostifyError, match="--keep-output-dim pads a bare encoder's output"):
         steps.prune_hidden(tmp_path / "classifier", tmp_path / "x", hidden_width="0.75", keep_output_dim=True)
+
+
+@pytest.mark.slow  # two exports (~15 s): the full run's; every day the narrow model's HF export above, and the
+# export command's HF, ONNX and int8 checks of a narrower BERT below
+def test_a_padded_sentence_transformer_exports_at_its_old_width(tmp_path):
+    model = tiny_sentence_transformer(tmp_path / "st")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # weight magnitude
+        steps.prune_hidden(model, tmp_path / "padded", hidden_width="0.75", keep_output_dim=True)
+    steps.export(tmp_path / "padded", tmp_path / "padded-hf", format="hf")
+    pooling = json.loads((tmp_path / "padded-hf" / "1_Pooling" / "config.json").read_text())
+    assert pooling["word_embedding_dimension"] == 32
+    result = steps.export(tmp_path / "padded", tmp_path / "padded-onnx", format="onnx", quantize="int8")
+    assert result["outputs"] == ["last_hidden_state", "sentence_embedding"]
+    assert result["max_difference"] <= 1e-4 and result["int8_difference"] <= 0.2
 
 
 # ----------------------------------------------------------------------------------------------

@@ -173,7 +173,9 @@ def test_push_refusals_are_one_line_and_change_nothing(name, args, expected, hub
     _check_refused(capsys, world, out, _fill(args, world, out), expected)
 
 
-@pytest.mark.parametrize("environment", [{"HF_HUB_OFFLINE": "1"}, {"HF_ENDPOINT": UNREACHABLE}])
+#: an unreachable endpoint is the full run's (its retries take seconds; every day test_messages.py's `info` meets one)
+@pytest.mark.parametrize("environment", [{"HF_HUB_OFFLINE": "1"},
+                                         pytest.param({"HF_ENDPOINT": UNREACHABLE}, marks=pytest.mark.slow)])
 def test_the_hub_settings_of_the_environment_are_obeyed(environment, world, tmp_path):  # noqa: F811
     """What a user sets in the shell, in a fresh process: one line, before the export starts."""
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_ENDPOINT")}

@@ -75,6 +75,7 @@ def test_ctrl_c_while_torch_loads(entry, world, tmp_path):  # noqa: F811
     _interrupted(process, tmp_path)
 
 
+@pytest.mark.slow  # the full run (every day SIGTERM during a write, test_bad_input.py: the same handler)
 def test_ctrl_c_during_a_write(world, tmp_path):  # noqa: F811
     process = _start(["-c", PAUSED_WRITE, "attach-ghost", str(world / "m"), "-o", str(tmp_path / "out")])
     _wait_for(process, "WRITING")

@@ -248,7 +248,7 @@ def measure(config: Any, geometry: Geometry, deployment: Deployment, machine: st
             runs = []
             for i, shape in enumerate(shapes, 1):
                 say(f"preparing {i}/{len(shapes)}: {shape.name}")
-                runs.append(_prepared(config, shape, deployment, seed, Path(scratch) / f"{i:02d}"))
+                runs.append(prepared_pass(config, shape, deployment, seed, Path(scratch) / f"{i:02d}"))
             say(f"timing {len(runs)} models x {rounds} rounds ({deployment.describe()})")
             wall, cpu = take_turns(runs, rounds=rounds, warmup=warmup)
     finally:
@@ -275,7 +275,7 @@ def _distinct_layers(config: Any) -> int:
     return len(adapter.layers(build(config, Shape("two layers", (1, 1), (1, 1)), 0)[0]))
 
 
-def _prepared(config: Any, shape: Shape, deployment: Deployment, seed: int, scratch: Path) -> Callable[[], Any]:
+def prepared_pass(config: Any, shape: Shape, deployment: Deployment, seed: int, scratch: Path) -> Callable[[], Any]:
     """One forward pass of ``shape``'s model on a fixed batch, in the deployment's runtime (a graph is exported,
     checked, into ``scratch``, beside the config that running it reads)."""
     net, record = build(config, shape, seed)
@@ -360,4 +360,5 @@ def cached(geometry: Geometry, deployment: Deployment, machine: str) -> LatencyM
 
 
 __all__ = ["CACHE_ENV", "cache_dir", "cache_file", "cached", "features", "fit_costs", "hidden_widths", "latency",
-           "lock_file", "machine_key", "measuring", "original_geometry", "probe_shapes", "store", "validation_shapes"]
+           "lock_file", "machine_key", "measuring", "original_geometry", "prepared_pass", "probe_shapes", "store",
+           "validation_shapes"]
