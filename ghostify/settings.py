@@ -423,7 +423,7 @@ class CompressDefaults:
 
     #: the runtime it ships in: the installed deployment that runs the dense model fastest here (``--runtime auto``).
     #: On a 2-core Xeon with AMX the SQuAD part at 3x compressed for OpenVINO int8 (the fastest there) kept F1 35.3,
-    #: 40.2 and 32.2 on three seeds against 33.5, 35.7 and 31.8 for ONNX Runtime int8, in graphs 1.25-1.44x faster:
+    #: 40.2 and 32.2 on three seeds against 33.5, 35.7 and 31.8 for ONNX Runtime int8, in graphs 1.15-1.44x faster:
     #: a cheaper layer keeps more depth at one latency (benchmarks/results/budget_curve_xeon.md)
     runtime: str = AUTO
     budget: str = "quick"
