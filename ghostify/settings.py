@@ -308,6 +308,14 @@ class ImportanceDefaults:
 
 
 @dataclass(frozen=True)
+class DistillDefaults:
+    """``ghostify distill``."""
+
+    #: copies of the training text with some words masked, read besides it (``ghostify.augment.masking``)
+    masked_copies: int = 0
+
+
+@dataclass(frozen=True)
 class AugmentDefaults:
     """``ghostify augment``: TinyBERT's replacement probability and candidates per word."""
 
@@ -382,6 +390,9 @@ class Budget:
     #: the labelled fine-tune's output is the best of its epochs and the distilled student it starts from
     #: (``finetune --evaluate-first``)
     evaluate_first: bool = False
+    #: copies of the training text with some words masked that every distillation reads too (``distill
+    #: --masked-copies``)
+    masked_copies: int = DistillDefaults.masked_copies
 
     @property
     def trains(self) -> bool:
@@ -444,6 +455,6 @@ class CompressDefaults:
     seed: int = DEFAULT_SEED
 
 
-__all__ = ["AugmentDefaults", "BUDGETS", "BenchDefaults", "Budget", "CompressDefaults", "DataSettings", "DistillWeights", "ExportDefaults", "FinetuneWeights", "ImportanceDefaults",
+__all__ = ["AugmentDefaults", "BUDGETS", "BenchDefaults", "Budget", "CompressDefaults", "DataSettings", "DistillDefaults", "DistillWeights", "ExportDefaults", "FinetuneWeights", "ImportanceDefaults",
            "InfoDefaults", "LatencyDefaults", "StudentSettings", "TaskSettings", "TeacherStoreSettings", "TrainSettings",
            "checked_speedup", "parse_width"]

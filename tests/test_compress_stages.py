@@ -192,7 +192,9 @@ def test_an_interrupted_staged_run_resumes_to_the_same_bytes(world, tmp_path, ca
     (["--budget", "20m", "--epochs", "2"], "chooses the examples and epochs of every stage itself"),
     (["--budget", "none", "--unlabelled", "x.txt"], "--unlabelled x.txt is not a file"),
     (["--mixed-precision", "int4"], "--mixed-precision 'int4': choose one of auto, no, fp16, bf16"),
-], ids=["stages-0", "no-time", "timed-epochs", "unlabelled-missing", "precision"])
+    (["--masked-copies", "-1"], "--masked-copies -1 must be a whole number of 0 or more"),
+    (["--budget", "none", "--masked-copies", "1"], "--budget none trains nothing, so --masked-copies has nothing"),
+], ids=["stages-0", "no-time", "timed-epochs", "unlabelled-missing", "precision", "copies-negative", "copies-none"])
 def test_bad_stage_and_budget_settings_are_one_line(world, tmp_path, capsys, extra, message):
     code, _, err = run_cli(capsys, *_args(world, tmp_path / "out", "--speedup", "1.5", *extra))
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err

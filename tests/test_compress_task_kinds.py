@@ -3,6 +3,8 @@ losses (the kind's ``compress_distill``)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from ghostify.latency_model import Deployment
@@ -74,3 +76,17 @@ def test_the_candidates_are_compared_on_as_many_tokens():
     assert _settings("20m", 256).compare_samples == 256
     assert _settings("standard", 256).compare_samples == 512
     assert _settings("20m", 256, task="sst2").compare_samples == 512
+
+
+def test_a_time_budget_distils_question_answering_on_masked_copies_too():
+    """QA's time budget reads one masked copy of every training text (the kind's ``compress_timed``); the other
+    kinds and the named budgets none; the user's count is theirs; the distillation stage says so."""
+    assert _settings("20m", 256).chosen.masked_copies == 1
+    assert _settings("20m", 256, task="sst2").chosen.masked_copies == 0
+    assert _settings("standard", 256).chosen.masked_copies == 0
+    assert _settings("20m", 256, masked_copies=0).chosen.masked_copies == 0
+    assert _settings("quick", 256, task="sst2", masked_copies=2).chosen.masked_copies == 2
+    for settings, copies in ((_settings("20m", 256, teacher="t"), 1), (_settings("quick", 256, teacher="t"), None)):
+        recipe = dataclasses.replace(settings, deployment=Deployment(runtime="onnx-int8")).recipe([Step(3.0)])
+        (distill,) = [s for s in recipe.stages if s.command.name == "distill"]
+        assert distill.settings.get("masked_copies") == copies

@@ -249,6 +249,36 @@ def test_bad_store_settings_are_one_line(tmp_path, pair, toy):
         distill(teacher, student, tmp_path / "x", dataset=str(toy), **TOY, teacher_store=str(teacher / "store"))
 
 
+# ---- distill --masked-copies: the training texts with some words masked, labels unread -------------------------
+def test_distill_reads_the_texts_and_their_masked_copies(tmp_path, pair, toy):
+    from ghostify.steps import distill
+
+    teacher, student = pair
+    result = distill(teacher, student, tmp_path / "d", dataset=str(toy), **TOY, masked_copies=2, epochs=1,
+                     batch_size=16, max_samples=64, logit_weight=1.0, teacher_store=str(tmp_path / "store"))
+    assert result.steps == 12  # 64 texts and two masked copies of each, 16 a step
+    run = json.loads((tmp_path / "d" / "training.json").read_text())
+    assert run["train"]["samples"] == 192 and "2 masked copies" in run["train"]["dataset"]
+    # a copy is a new input for the teacher unless no word of its short text was masked (it is then the text again)
+    assert 64 < run["teacher_outputs"]["computed"] < 192
+    assert load_model(tmp_path / "d").config.ghostify["history"][-1]["arguments"]["masked_copies"] == 2
+    # the same command again writes the same weights (the copies are seeded)
+    again = distill(teacher, student, tmp_path / "e", dataset=str(toy), **TOY, masked_copies=2, epochs=1,
+                    batch_size=16, max_samples=64, logit_weight=1.0, teacher_store=str(tmp_path / "store-e"))
+    assert _same(_weights(tmp_path / "d"), _weights(tmp_path / "e"))
+
+
+def test_masked_copies_without_texts_of_their_own_are_refused_in_one_line(tmp_path, pair, toy):
+    from ghostify.steps import distill
+
+    teacher, student = pair
+    with pytest.raises(GhostifyError, match="--masked-copies 1 adds texts without segment order"):
+        distill(teacher, student, tmp_path / "d", dataset=str(toy), **TOY, masked_copies=1, sop_weight=1.0)
+    with pytest.raises(GhostifyError, match="--masked-copies -2 must be a whole number"):
+        distill(teacher, student, tmp_path / "d", dataset=str(toy), **TOY, masked_copies=-2)
+    assert not (tmp_path / "d").exists()
+
+
 # ---- distill --unlabelled: the user's own text, labels unread ------------------------------------------------
 def test_unlabelled_text_is_distilled_with_the_training_split(tmp_path, pair, toy):
     from ghostify.steps import distill

@@ -96,6 +96,7 @@ def compress(
     importance_samples: int | None = None,
     stages: int | None = None,
     unlabelled: str | os.PathLike | None = None,
+    masked_copies: int | None = None,
     mixed_precision: str = CompressDefaults.mixed_precision,
     teacher_store_gb: float = TeacherStoreSettings.teacher_store_gb,
     tolerance: float = CompressDefaults.tolerance,
@@ -109,7 +110,9 @@ def compress(
     channels (:func:`_structure`; None: where the model's interface keeps its shape and the budget trains).
     ``budget``: a name (``quick``, ``standard``, ``full``, ``none``), a time for the whole run (``20m``: the stages
     sized by the throughput measured here) or an earlier run's ``budget.json``; ``stages``: how many times it prunes
-    and distils on the way (None: by the target); ``unlabelled``: more text to distil on.
+    and distils on the way (None: by the target); ``unlabelled``: more text to distil on; ``masked_copies``: copies of
+    the training text with some words masked that the distillations read too (None: the budget's; a time budget's
+    for question answering: 1).
     Re-running with the same ``output`` skips the stages already done.
 
     Example:
@@ -120,7 +123,8 @@ def compress(
                                 ghosts=ghosts, drop_layers=drop_layers, prune_hidden=prune_hidden, budget=budget,
                                 epochs=epochs, importance_samples=importance_samples, stages=stages,
                                 unlabelled=None if unlabelled is None else str(unlabelled),
-                                mixed_precision=mixed_precision, teacher_store_gb=teacher_store_gb, tolerance=tolerance,
+                                masked_copies=masked_copies, mixed_precision=mixed_precision,
+                                teacher_store_gb=teacher_store_gb, tolerance=tolerance,
                                 rounds=rounds, seed=seed)
     out = Path(output).expanduser()
     if out.exists() and not out.is_dir():
@@ -336,8 +340,8 @@ class _Run:
                                      refuse=self.count == 1 or self.stage_count is None)
 
     def sizes(self) -> dict[str, int]:
-        """The texts distillation may read (the training split's, and ``--unlabelled``'s), the labelled examples,
-        and the validation examples."""
+        """The texts distillation may read (the training split's and ``--unlabelled``'s, and their masked copies), the
+        labelled examples and the validation examples."""
         if not hasattr(self, "_sizes"):
             kind = task_kind(self.settings.data, self.settings.task_settings)
             dataset = dataset_for(kind.preset, self.settings.data.dataset)
@@ -346,7 +350,8 @@ class _Run:
                                     validation_file=self.settings.data.validation_file, require_labels=False)
             extra = len(load_unlabelled(self.settings.unlabelled, kind.with_data(train)).rows) \
                 if self.settings.unlabelled else 0
-            self._sizes = {"texts": len(train.rows) + extra, "labelled": len(train.rows),
+            copies = 1 + self.settings.chosen.masked_copies  # the texts, and their masked copies
+            self._sizes = {"texts": (len(train.rows) + extra) * copies, "labelled": len(train.rows),
                            "validation": len(validation.rows)}
         return self._sizes
 

@@ -268,6 +268,7 @@ def training_summary(recipe: Any, run_dir: Path) -> list[dict[str, Any]]:
                      "examples": (run.get("train") or {}).get("samples"), "epochs": arguments.get("epochs"),
                      "max_steps": arguments.get("max_steps"), "steps": run.get("steps"), "precision": (run.get("settings") or {}).get("mixed_precision", "no"),
                      "teacher_outputs": run.get("teacher_outputs"),
+                     "masked_copies": arguments.get("masked_copies") or 0,
                      # --evaluate-first: the model it started from scored best, and is what the stage wrote
                      "kept_start": bool(run.get("evaluations")) and run.get("best_step") == 0})
     return rows
@@ -309,6 +310,9 @@ def _training_lines(report: dict[str, Any]) -> list[str]:
             store = (f"{kept['computed']:,} computed, {kept['reused']:,} read back ({kept['bytes'] / 2**20:,.0f} MiB)"
                      if "computed" in kept else kept.get("store", "computed at every step"))
             examples = format(row["examples"], ",") if isinstance(row["examples"], int) else "-"
+            if row.get("masked_copies"):
+                copies = row["masked_copies"]
+                examples += f" (the texts and {copies} masked cop{'y' if copies == 1 else 'ies'} of each)"
             epochs = f"{row['epochs']}, the last cut" if row.get("max_steps") else row["epochs"]
             lines.append(f"| {row['stage']} | {examples} | {epochs} | {row['steps']} | {row['precision']} | "
                          f"{store} |")

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from ..augment.masking import check_copies
 from ..errors import GhostifyError
 from ..latency_model import Deployment
 from ..device import fast_bf16
@@ -107,6 +108,8 @@ class CompressSettings:
     stages: int | None = None
     #: a file of more text the distillation reads besides the training split's
     unlabelled: str | None = None
+    #: masked copies of the training text the distillations read too (None: the budget's, :attr:`chosen`)
+    masked_copies: int | None = None
     mixed_precision: str = CompressDefaults.mixed_precision
     #: the most the teacher store (``OUT/stages/teacher-outputs``) holds, in GiB (0: the teacher runs at every step)
     teacher_store_gb: float = TeacherStoreSettings.teacher_store_gb
@@ -133,9 +136,12 @@ class CompressSettings:
         if self.unlabelled is not None and not Path(self.unlabelled).expanduser().is_file():
             raise GhostifyError(f"--unlabelled {self.unlabelled} is not a file; give a .txt file of one text per line, "
                                 "or a data file (.csv, .jsonl, ...) with the task's text columns")
+        if self.masked_copies is not None:
+            check_copies(self.masked_copies)
         if not self._base.trains:  # a budget without training takes no training settings
             for flag, given in (("--ghosts", self.ghosts), ("--epochs", self.epochs is not None),
                                 ("--max-samples", self.data.max_samples), ("--unlabelled", self.unlabelled),
+                                ("--masked-copies", self.masked_copies),
                                 ("--mixed-precision", self.mixed_precision not in ("auto", "no"))):
                 if given:
                     raise GhostifyError(f"--budget {self.budget} trains nothing, so {flag} has nothing to set; drop "
@@ -196,9 +202,10 @@ class CompressSettings:
         budget = self._base
         if self._budget_kind() != "named":  # quick and standard stay as they were, for comparison
             budget = dataclasses.replace(sized_in_tokens(budget, self._example_tokens),
-                                         **self._kind.compress_learning_rates)
+                                         **self._kind.compress_timed)
+        copies = budget.masked_copies if self.masked_copies is None else self.masked_copies
         return dataclasses.replace(budget, max_samples=self.data.max_samples or budget.max_samples,
-                                   epochs=self.epochs or budget.epochs,
+                                   epochs=self.epochs or budget.epochs, masked_copies=copies,
                                    importance_samples=self.importance_samples or budget.importance_samples)
 
     @functools.cached_property
@@ -380,7 +387,8 @@ def compress_recipe(model: str, *, deployment: Deployment, data: dict[str, Any],
             stages.append({"attach-ghost": {"when": ghosts}})
         counts = step.counts.to_json() if step.counts else train
         distill = {**counts, "learning_rate": budget.distill_learning_rate, **shared,
-                   **({"unlabelled": unlabelled} if unlabelled is not None else {})}
+                   **({"unlabelled": unlabelled} if unlabelled is not None else {}),
+                   **({"masked_copies": budget.masked_copies} if budget.masked_copies else {})}
         distill |= dict(distill_weights or {})
         name = "final" if embeddings and last else stage_name("distill", k)
         stages.append({"distill": {**({"output": name} if name != "distill" else {}), **distill}})

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..architectures import get_adapter
+from ..augment.masking import check_copies
 from ..checkpoint import load_config
 from ..errors import GhostifyError
 from ..files import check_disjoint, check_output_dir
@@ -16,8 +17,8 @@ from ..flatten import checks_arguments, flat_settings
 from ..methods.references import check_reference_family
 from ..methods import by_name
 from ..seeding import seed_everything
-from ..settings import (DataSettings, DistillWeights, StudentSettings, TaskSettings, TeacherStoreSettings,
-                        TrainSettings)
+from ..settings import (DataSettings, DistillDefaults, DistillWeights, StudentSettings, TaskSettings,
+                        TeacherStoreSettings, TrainSettings)
 from ..training.layer_map import build_layer_map, kept_layers
 from ..training.loop import TrainResult, partial_dir
 from ..training.loop import train as run_training
@@ -45,6 +46,7 @@ def distill(
     reference_delta: float = REFERENCES.reference_delta,
     layer_map: str | None = None,
     unlabelled: str | os.PathLike | None = None,
+    masked_copies: int = DistillDefaults.masked_copies,
     student_settings: StudentSettings = StudentSettings(),
     training: TrainSettings = TrainSettings(),
     store: TeacherStoreSettings = TeacherStoreSettings(),
@@ -53,7 +55,8 @@ def distill(
     on_step: Callable[[int], None] | None = None,
 ) -> TrainResult:
     """Distill ``teacher`` into ``student`` on ``data``'s training texts (labels are not used), and on the texts of
-    the file ``unlabelled`` when given (``--max-samples`` then draws from both).
+    the file ``unlabelled`` when given (``--max-samples`` then draws from both), and on ``masked_copies`` copies of
+    those texts with some words replaced by the mask token (:mod:`ghostify.augment.masking`).
 
     With ``losses.logit_weight > 0`` the student is evaluated after every epoch and the best one
     kept; otherwise the last one is written. Projections between different hidden sizes are saved in
@@ -71,11 +74,16 @@ def distill(
         ...         losses=DistillWeights(attention_weight=1.0), training=TrainSettings(epochs=1))  # doctest: +SKIP
     """
     check_arguments(training=training, losses=losses, student_settings=student_settings, data=data,
-                    task_settings=task_settings, store=store, references=references, reference_delta=reference_delta)
+                    task_settings=task_settings, store=store, references=references, reference_delta=reference_delta,
+                    masked_copies=masked_copies)
     if references and launched_engine() is not None:
         raise GhostifyError("--references (RefBERT) is not supported under an FSDP or DeepSpeed launch config: the "
                             "reference store is refitted on the whole student when it is saved; distill with "
                             "data parallelism (accelerate launch --multi_gpu) or without --references")
+    if masked_copies and (references or losses.sop_weight > 0):
+        missing = "references" if references else "segment order"
+        raise GhostifyError(f"--masked-copies {masked_copies} adds texts without {missing}; distill with "
+                            f"{'--no-references' if references else '--sop-weight 0'}, or --masked-copies 0")
     if unlabelled is not None and (references or losses.sop_weight > 0):
         raise GhostifyError(f"--unlabelled {unlabelled} adds texts without {'references' if references else 'segment order'}"
                             f"; distill with {'--no-references' if references else '--sop-weight 0'}, or without "
@@ -97,7 +105,8 @@ def distill(
     seed_everything(training.seed)  # before new heads, projections, the SOP classifier and the reference map are drawn
     evaluate = losses.logit_weight > 0 and kind.evaluates_while_training()
     task = task_inputs(student, data, task_settings, seed=training.seed, evaluate=evaluate, require_labels=False,
-                       sop=losses.sop_weight > 0, unlabelled=None if unlabelled is None else str(unlabelled))
+                       sop=losses.sop_weight > 0, unlabelled=None if unlabelled is None else str(unlabelled),
+                       masked_copies=masked_copies)
     teacher_model = task.kind.load(teacher, role="teacher", need_trained_head=losses.logit_weight > 0)
     student_model = task.kind.load(student, role="student", need_trained_head=False, dropout=student_settings.dropout,
                                    attention_dropout=student_settings.attention_dropout)
@@ -121,6 +130,7 @@ def distill(
         "teacher": str(teacher), "student": str(student), "task": task.preset.name, "dataset": task.identity["dataset"],
         "layer_map": mapping.describe(), "train": student_settings.train, "max_samples": data.max_samples,
         **({"unlabelled": str(unlabelled)} if unlabelled is not None else {}),
+        **({"masked_copies": masked_copies} if masked_copies else {}),
         "max_length": data.max_length, "dropout": student_settings.dropout,
         "attention_dropout": student_settings.attention_dropout,
         **({"references": True, "reference_delta": reference_delta} if references else {}),
@@ -141,10 +151,11 @@ def check_arguments(*, training: TrainSettings = TrainSettings(), losses: Distil
                     student_settings: StudentSettings = StudentSettings(), data: DataSettings = DataSettings(),
                     task_settings: TaskSettings = TaskSettings(), store: TeacherStoreSettings = TeacherStoreSettings(),
                     references: bool = REFERENCES.references, reference_delta: float = REFERENCES.reference_delta,
-                    **_: object) -> None:
+                    masked_copies: int = DistillDefaults.masked_copies, **_: object) -> None:
     """What :func:`distill` refuses of its arguments before reading anything."""
     for settings in (training, losses, student_settings, data, task_settings, store):
         settings.validate()
+    check_copies(masked_copies)
     check_reference_options(references, reference_delta, losses.sop_weight)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..augment.masking import masked_copies
 from ..checkpoint import load_config, model_record, write_checkpoint
 from ..data import TaskData, TaskPreset, load_split, load_unlabelled, resolve_task
 from ..data.readers import is_data_file
@@ -60,11 +61,13 @@ def task_inputs(
     require_labels: bool = True,
     sop: bool = False,
     unlabelled: str | None = None,
+    masked_copies: int = 0,
 ) -> TaskInputs:
     """The tokenised training rows of ``data`` (with sentence-order-prediction inputs when ``sop``),
     the validation set when ``evaluate``, and the collator, as the task's kind encodes them. ``unlabelled``: a
     file of more text (:func:`~ghostify.data.load_unlabelled`), read with the training split's text, labels
-    unread; ``--max-samples`` then draws from both."""
+    unread; ``--max-samples`` then draws from both. ``masked_copies``: that many copies of those texts with some
+    words masked follow them, labels unread (:mod:`ghostify.augment.masking`)."""
     kind = task_kind(data, task_settings).for_model(load_config(tokenizer_source))
     dataset = dataset_for(kind.preset, data.dataset)
     if sop and kind.name != "classification":
@@ -79,6 +82,8 @@ def task_inputs(
     preset = kind.with_data(train)
     if unlabelled is not None:
         train = with_unlabelled(train, load_unlabelled(unlabelled, preset), data.max_samples, seed)
+    if masked_copies:
+        train = with_masked_copies(train, tokenizer.mask_token, masked_copies, seed)
     evaluation = None
     if evaluate:
         evaluation = kind.evaluation(load_split(dataset, preset, preset.validation_split,
@@ -112,6 +117,20 @@ def with_unlabelled(train: TaskData, extra: TaskData, max_samples: int | None, s
         rows = rows.shuffle(seed=seed).select(range(max_samples))
     return TaskData(dataset=f"{train.dataset} + {extra.dataset}", split="train", task=train.task, rows=rows,
                     has_labels=False)
+
+
+def with_masked_copies(train: TaskData, mask_token: str | None, copies: int, seed: int) -> TaskData:
+    """The texts of ``train`` followed by ``copies`` copies of them with some words masked, without labels."""
+    import datasets
+
+    if mask_token is None:
+        raise GhostifyError(f"--masked-copies {copies} replaces words by the tokenizer's mask token, but this model's "
+                            "tokenizer has none: distill with --masked-copies 0")
+    columns = list(train.task.input_columns)
+    ours = train.rows.select_columns(columns)
+    rows = datasets.concatenate_datasets([ours, masked_copies(ours, columns, mask_token, copies, seed)])
+    return TaskData(dataset=f"{train.dataset} + {copies} masked cop{'y' if copies == 1 else 'ies'}", split="train",
+                    task=train.task, rows=rows, has_labels=False)
 
 
 def plain_arguments(arguments: dict[str, Any]) -> dict[str, Any]:

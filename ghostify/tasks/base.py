@@ -132,9 +132,9 @@ class TaskKind(ABC):
     #: the distillation weights ``compress`` trains this kind with, where they differ from ``distill``'s defaults
     #: (GhostBERT's hidden-state losses: the embedding output, every attention and FFN block's output)
     compress_distill: dict[str, float] = {}
-    #: the learning rates a ``compress`` time budget trains this kind with, where they differ from its budget's
-    #: (``ghostify.settings.Budget`` fields)
-    compress_learning_rates: dict[str, float] = {}
+    #: what a ``compress`` time budget trains this kind with, where it differs from its budget's
+    #: (``ghostify.settings.Budget`` fields: learning rates, masked copies)
+    compress_timed: dict[str, float | int] = {}
 
     def example_tokens(self) -> int | None:
         """The tokens every training example fills whatever its text's length (a window of a longer text), which

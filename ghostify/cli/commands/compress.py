@@ -40,6 +40,7 @@ def compress(
     budget: Annotated[str, typer.Option("--budget", help="A time for the whole run after the teacher exists (20m, 1h, 1h30m: every stage sized to the throughput measured on this machine; the counts it chose are written to OUT/budget.json), that budget.json (the same counts again, byte for byte), or " + ", ".join(f"{name} ({b.describe()})" for name, b in BUDGETS.items()) + "; --max-samples, --epochs and --importance-samples override a named one.")] = CompressDefaults.budget,
     stages: Annotated[Optional[int], typer.Option("--stages", help="Compression stages: prune part of the way, distil, score the distilled model again, prune further (the same factor each time). Default: 1 below 4x and for the named budgets; from 4x with a time budget, 2 where the budget is worth them (1 where the teacher's evaluation and scores predict that a second stage's scoring would take longer than its distillation gets).", show_default=False)] = None,
     unlabelled: Annotated[Optional[str], typer.Option("--unlabelled", help="More in-domain text for distillation, labels unread: a .txt file of one text per line, or a data file with the task's text columns.", show_default=False)] = None,
+    masked_copies: Annotated[Optional[int], typer.Option("--masked-copies", help="Copies of every training text with 15% of its words replaced by the mask token, distilled besides it (labels unread). Default: the budget's (a time budget's for question answering: 1; else 0).", show_default=False)] = None,
     teacher_store_gb: Annotated[float, typer.Option("--teacher-store-gb", min=0.0, help="The most the store of the teacher's outputs (OUT/stages/teacher-outputs: computed once, read by every training stage) may hold, in GiB; 0: the teacher runs at every step.")] = TeacherStoreSettings.teacher_store_gb,
     mixed_precision: Annotated[str, typer.Option("--mixed-precision", help="auto (bf16 where the CPU or GPU has it in hardware, else no), no, bf16 or fp16: the training stages' precision.")] = CompressDefaults.mixed_precision,
     epochs: Annotated[Optional[int], typer.Option("--epochs", min=1, help="Epochs of every training stage (default: the budget's).", show_default=False)] = None,
@@ -63,7 +64,8 @@ def compress(
                           deployment=Deployment(runtime=runtime, batch_size=batch_size, seq_len=seq_len, threads=threads),
                           data=data, task_settings=task_settings, teacher=teacher, ghosts=ghosts, budget=budget,
                           drop_layers=drop_layers, prune_hidden=prune_hidden, epochs=epochs, importance_samples=importance_samples,
-                          stages=stages, unlabelled=unlabelled, mixed_precision=mixed_precision,
+                          stages=stages, unlabelled=unlabelled, masked_copies=masked_copies,
+                          mixed_precision=mixed_precision,
                           teacher_store_gb=teacher_store_gb, rounds=rounds,
                           seed=seed, say=lambda line: err.print(line, markup=False))
     if json_output:

@@ -5,7 +5,8 @@ from typing import Annotated, Optional
 import typer
 
 from ...methods import shipped
-from ...settings import DataSettings, DistillWeights, StudentSettings, TaskSettings, TeacherStoreSettings, TrainSettings
+from ...settings import (DataSettings, DistillDefaults, DistillWeights, StudentSettings, TaskSettings,
+                         TeacherStoreSettings, TrainSettings)
 from ..app import app
 from ..console import err
 from ..options import Output, Overwrite, Resume
@@ -38,6 +39,7 @@ def distill(
     reference_delta: Annotated[float, typer.Option("--reference-delta", help="RefBERT's δ subtracted from the first layer's attention weights at real key positions, in (0, 1).")] = REFERENCES.reference_delta,
     layer_map: Annotated[Optional[str], typer.Option("--layer-map", help="Explicit STUDENT:TEACHER layer pairs, e.g. 1:2,2:4,3:6 (default: one-to-one, or uniform for a shallower student).", show_default=False)] = None,
     unlabelled: Annotated[Optional[str], typer.Option("--unlabelled", help="More text to distill on, labels unread: a .txt file of one text per line (one-column tasks; words split at spaces for token classification), or a .csv/.tsv/.json/.jsonl/.parquet file with the task's text columns. --max-samples draws from it and the training split together.", show_default=False)] = None,
+    masked_copies: Annotated[int, typer.Option("--masked-copies", help="Copies of every training text with 15% of its words replaced by the mask token, distilled besides it (the teacher's outputs on them, labels unread): more inputs where the training text is small (0: none).")] = DistillDefaults.masked_copies,
     student_settings: StudentSettings,
     training: TrainSettings,
     store: TeacherStoreSettings,
@@ -60,8 +62,9 @@ def distill(
     from ... import steps  # torch and transformers: loaded when a command runs, not for --help
 
     result = steps.distill(teacher, student, output, data=data, task_settings=task_settings, losses=losses, references=references,
-                           reference_delta=reference_delta, layer_map=layer_map, unlabelled=unlabelled, student_settings=student_settings,
-                           training=training, store=store, resume=resume, overwrite=overwrite)
+                           reference_delta=reference_delta, layer_map=layer_map, unlabelled=unlabelled,
+                           masked_copies=masked_copies, student_settings=student_settings, training=training,
+                           store=store, resume=resume, overwrite=overwrite)
     print_training(result)
     if references:
         from ...checkpoint import load_config, read_record
