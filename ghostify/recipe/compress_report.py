@@ -75,7 +75,9 @@ def report(settings: CompressSettings, stages: dict[str, Path], attempts: list[d
     adapter = get_adapter(config)  # a pruned config keeps the original sizes: the record lists what is kept
     # the layers of the original model the compressed one keeps (all of them unless layers were dropped)
     origin = layer_origin(record) or (list(range(len(heads))), len(heads))
-    deployment, budget, speedup = settings.deployment, settings.chosen, settings.speedup
+    # the budget as it ran: without the fine-tune where the task has no labels for one (embeddings)
+    budget = dataclasses.replace(settings.chosen, finetunes=settings.finetunes)
+    deployment, speedup = settings.deployment, settings.speedup
     teacher_size, size = report_size(teacher, deployment.seq_len), report_size(model, deployment.seq_len)
     return {
         "model": settings.model, "teacher": str(teacher), "task": settings.data.task,
@@ -199,10 +201,11 @@ def markdown(report: dict[str, Any]) -> str:
         sized = (report.get("time") or {}).get("budget_seconds") or str(report["budget"]).endswith(".json")
         counts = "every training stage's examples and epochs as below (sized to the time)" if sized else \
             f"{b.describe()} of every training stage"
+        finetune = (f", {b.finetune_learning_rate:g} (fine-tune with the teacher, weight {b.teacher_weight:g})"
+                    if b.finetunes else "; no labelled fine-tune: the last distillation is the result")
         budget_line = (f"Budget `{report['budget']}`: {counts}, importance on "
                        f"{b.importance_samples:,} examples{tuned}; learning rates {b.teacher_learning_rate:g} (teacher), "
-                       f"{b.distill_learning_rate:g} (distill), {b.finetune_learning_rate:g} (fine-tune with the "
-                       f"teacher, weight {b.teacher_weight:g}).")
+                       f"{b.distill_learning_rate:g} (distill){finetune}.")
     lines += ["", budget_line, *_training_lines(report),
               f"Model: `{report['model_dir']}`; shipped: `{report['shipped']}`; every stage: `{report['stages_dir']}`."]
     return "\n".join(lines) + "\n"

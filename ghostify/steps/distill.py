@@ -75,19 +75,11 @@ def distill(
     """
     check_arguments(training=training, losses=losses, student_settings=student_settings, data=data,
                     task_settings=task_settings, store=store, references=references, reference_delta=reference_delta,
-                    masked_copies=masked_copies)
+                    unlabelled=unlabelled, masked_copies=masked_copies)
     if references and launched_engine() is not None:
         raise GhostifyError("--references (RefBERT) is not supported under an FSDP or DeepSpeed launch config: the "
                             "reference store is refitted on the whole student when it is saved; distill with "
                             "data parallelism (accelerate launch --multi_gpu) or without --references")
-    if masked_copies and (references or losses.sop_weight > 0):
-        missing = "references" if references else "segment order"
-        raise GhostifyError(f"--masked-copies {masked_copies} adds texts without {missing}; distill with "
-                            f"{'--no-references' if references else '--sop-weight 0'}, or --masked-copies 0")
-    if unlabelled is not None and (references or losses.sop_weight > 0):
-        raise GhostifyError(f"--unlabelled {unlabelled} adds texts without {'references' if references else 'segment order'}"
-                            f"; distill with {'--no-references' if references else '--sop-weight 0'}, or without "
-                            "--unlabelled")
     inputs = (("--teacher", teacher), ("--student", student), ("--dataset", data.dataset),
               ("--unlabelled", unlabelled))
     check_output_dir(output, overwrite=overwrite or resume, inputs=inputs)
@@ -151,12 +143,20 @@ def check_arguments(*, training: TrainSettings = TrainSettings(), losses: Distil
                     student_settings: StudentSettings = StudentSettings(), data: DataSettings = DataSettings(),
                     task_settings: TaskSettings = TaskSettings(), store: TeacherStoreSettings = TeacherStoreSettings(),
                     references: bool = REFERENCES.references, reference_delta: float = REFERENCES.reference_delta,
-                    masked_copies: int = DistillDefaults.masked_copies, **_: object) -> None:
+                    unlabelled: str | os.PathLike | None = None, masked_copies: int = DistillDefaults.masked_copies,
+                    **_: object) -> None:
     """What :func:`distill` refuses of its arguments before reading anything."""
     for settings in (training, losses, student_settings, data, task_settings, store):
         settings.validate()
     check_copies(masked_copies)
     check_reference_options(references, reference_delta, losses.sop_weight)
+    if references or losses.sop_weight > 0:
+        # texts that are not the training split's have no references to retrieve and no segment order to predict
+        missing, fix = ("references", "--no-references") if references else ("segment order", "--sop-weight 0")
+        for flag, value, without in (("--masked-copies", masked_copies or None, "--masked-copies 0"),
+                                     ("--unlabelled", unlabelled, "without --unlabelled")):
+            if value is not None:
+                raise GhostifyError(f"{flag} {value} adds texts without {missing}; distill with {fix}, or {without}")
 
 
 checks_arguments(distill, check_arguments)
