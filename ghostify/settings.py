@@ -393,9 +393,6 @@ class Budget:
     #: copies of the training text with some words masked that every distillation reads too (``distill
     #: --masked-copies``)
     masked_copies: int = DistillDefaults.masked_copies
-    #: the run ends with the labelled fine-tune with the teacher (False: its last distillation is the result, and a
-    #: time budget gives the distillations the fine-tune's time)
-    finetunes: bool = True
 
     @property
     def trains(self) -> bool:

@@ -90,14 +90,3 @@ def test_a_time_budget_distils_question_answering_on_masked_copies_too():
         recipe = dataclasses.replace(settings, deployment=Deployment(runtime="onnx-int8")).recipe([Step(3.0)])
         (distill,) = [s for s in recipe.stages if s.command.name == "distill"]
         assert distill.settings.get("masked_copies") == copies
-
-
-def test_a_time_budget_for_question_answering_ends_with_its_distillation():
-    """QA's time budget has no labelled fine-tune (the kind's ``compress_timed``): its last distillation is the
-    result, ``final``; classification's and the named budgets end with the fine-tune with the teacher."""
-    for settings, finetunes in ((_settings("20m", 256, teacher="t"), False), (_settings("quick", 256, teacher="t"), True),
-                                (_settings("20m", 256, task="sst2", teacher="t"), True)):
-        assert settings.finetunes is finetunes
-        recipe = dataclasses.replace(settings, deployment=Deployment(runtime="onnx-int8")).recipe([Step(3.0)])
-        trains = [(s.name, s.command.name) for s in recipe.stages if s.command.name in ("distill", "finetune")]
-        assert trains == ([("distill", "distill"), ("final", "finetune")] if finetunes else [("final", "distill")])

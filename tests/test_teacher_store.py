@@ -277,6 +277,10 @@ def test_masked_copies_without_texts_of_their_own_are_refused_in_one_line(tmp_pa
     with pytest.raises(GhostifyError, match="--masked-copies -2 must be a whole number"):
         distill(teacher, student, tmp_path / "d", dataset=str(toy), **TOY, masked_copies=-2)
     assert not (tmp_path / "d").exists()
+    # refused among the arguments, which a recipe checks for every stage before its first runs
+    with pytest.raises(GhostifyError, match=r"^--unlabelled more.txt adds texts without references; distill with "
+                                            r"--no-references, or without --unlabelled$"):
+        distill.check_arguments(references=True, unlabelled="more.txt")
 
 
 # ---- distill --unlabelled: the user's own text, labels unread ------------------------------------------------

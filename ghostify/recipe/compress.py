@@ -275,8 +275,7 @@ class _Run:
         directories = {p.stage.name: p.directory.name for p in plan(recipe, self.run_dir)}
         scoring = sum(walls.get(directory, 0.0) for name, directory in directories.items() if name != "teacher")
         evaluation = walls.get(directories.get("teacher-eval", ""), 0.0)
-        count = stages_worth_it(self.settings.seconds, self.count, scoring=scoring, evaluation=evaluation,
-                                finetunes=self.settings.finetunes)
+        count = stages_worth_it(self.settings.seconds, self.count, scoring=scoring, evaluation=evaluation)
         self.stage_count = {"stages": count, "by_target": self.count, "scoring_seconds": scoring}
         if count < self.count:
             self.say(f"--budget {self.settings.budget}: {described_count(self.stage_count)} (--stages {self.count} "
@@ -337,7 +336,7 @@ class _Run:
                                     weights=DistillWeights(**settings.distill_weights), precision=settings.precision,
                                     dropout=settings.chosen.dropout, seed=settings.seed)
         return self.clock.plan_stage(k, self.count, rates, self.sizes(), last=last,
-                                     finetunes=settings.finetunes, say=self.say,
+                                     finetunes=not settings.embeddings, say=self.say,
                                      refuse=self.count == 1 or self.stage_count is None)
 
     def sizes(self) -> dict[str, int]:

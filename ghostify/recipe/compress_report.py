@@ -75,9 +75,7 @@ def report(settings: CompressSettings, stages: dict[str, Path], attempts: list[d
     adapter = get_adapter(config)  # a pruned config keeps the original sizes: the record lists what is kept
     # the layers of the original model the compressed one keeps (all of them unless layers were dropped)
     origin = layer_origin(record) or (list(range(len(heads))), len(heads))
-    # the budget as it ran: without the fine-tune where the task has no labels for one (embeddings)
-    budget = dataclasses.replace(settings.chosen, finetunes=settings.finetunes)
-    deployment, speedup = settings.deployment, settings.speedup
+    deployment, budget, speedup = settings.deployment, settings.chosen, settings.speedup
     teacher_size, size = report_size(teacher, deployment.seq_len), report_size(model, deployment.seq_len)
     return {
         "model": settings.model, "teacher": str(teacher), "task": settings.data.task,
@@ -201,8 +199,10 @@ def markdown(report: dict[str, Any]) -> str:
         sized = (report.get("time") or {}).get("budget_seconds") or str(report["budget"]).endswith(".json")
         counts = "every training stage's examples and epochs as below (sized to the time)" if sized else \
             f"{b.describe()} of every training stage"
+        # the embeddings task has no labels to fine-tune on: its last distillation is the result
+        finetunes = any(row.get("command") == "finetune" for row in report.get("training") or [])
         finetune = (f", {b.finetune_learning_rate:g} (fine-tune with the teacher, weight {b.teacher_weight:g})"
-                    if b.finetunes else "; no labelled fine-tune: the last distillation is the result")
+                    if finetunes else "; no labelled fine-tune: the last distillation is the result")
         budget_line = (f"Budget `{report['budget']}`: {counts}, importance on "
                        f"{b.importance_samples:,} examples{tuned}; learning rates {b.teacher_learning_rate:g} (teacher), "
                        f"{b.distill_learning_rate:g} (distill){finetune}.")

@@ -266,15 +266,8 @@ class CompressSettings:
 
     @property
     def embeddings(self) -> bool:
-        """Whether the task is sentence embeddings (shipped in the sentence-transformers layout too)."""
+        """Whether the task is sentence embeddings (no labelled fine-tune: its last distillation is the result)."""
         return self._kind.sentence_embedding
-
-    @property
-    def finetunes(self) -> bool:
-        """Whether the run ends with the labelled fine-tune with the teacher: where the budget trains and asks for one
-        (``Budget.finetunes``) and the task has labels (the embeddings task has none); else the last distillation is
-        the result."""
-        return self.chosen.trains and self.chosen.finetunes and not self.embeddings
 
     @property
     def distill_weights(self) -> dict[str, float]:
@@ -289,7 +282,6 @@ class CompressSettings:
         raw = compress_recipe(self.model, steps=steps, deployment=self.deployment,
                               data=data_mapping(self.data, self.task_settings), budget=self.chosen, ghosts=self.ghosts,
                               teacher=self.teacher, seed=self.seed, finetune=finetune, embeddings=self.embeddings,
-                              finetunes=self.finetunes,
                               distill_weights=self.distill_weights,
                               store=store, store_gb=self.teacher_store_gb, unlabelled=self.unlabelled,
                               precision=self.precision)
@@ -327,7 +319,7 @@ def compress_recipe(model: str, *, deployment: Deployment, data: dict[str, Any],
                     teacher: str | None, seed: int, steps: Sequence[Step] | None = None, speedup: float | None = None,
                     keep_layers: Sequence[int] | None = None, hidden_width: str | None = None,
                     allocation: dict[str, Any] | None = None, finetune: StageCounts | None = None,
-                    embeddings: bool = False, finetunes: bool = True, distill_weights: Mapping[str, float] | None = None,
+                    embeddings: bool = False, distill_weights: Mapping[str, float] | None = None,
                     store: str | None = None,
                     store_gb: float = TeacherStoreSettings.teacher_store_gb, unlabelled: str | None = None,
                     precision: str = "no", tune: bool = True) -> dict[str, Any]:
@@ -398,9 +390,9 @@ def compress_recipe(model: str, *, deployment: Deployment, data: dict[str, Any],
                    **({"unlabelled": unlabelled} if unlabelled is not None else {}),
                    **({"masked_copies": budget.masked_copies} if budget.masked_copies else {})}
         distill |= dict(distill_weights or {})
-        name = "final" if not finetunes and last else stage_name("distill", k)
+        name = "final" if embeddings and last else stage_name("distill", k)
         stages.append({"distill": {**({"output": name} if name != "distill" else {}), **distill}})
-    if budget.trains and finetunes:
+    if budget.trains and not embeddings:
         counts = finetune.to_json() if finetune else train
         stages.append({"finetune": {"output": "final", "teacher": "${teacher}", "teacher_weight": budget.teacher_weight,
                                     **counts, "learning_rate": budget.finetune_learning_rate, **shared,

@@ -95,8 +95,8 @@ class StageCounts:
 
 @dataclass(frozen=True)
 class TrainingPlan:
-    """The counts of every training stage (``finetune`` None: the run has no fine-tune), and the seconds the plan
-    expects each to take."""
+    """The counts of every training stage (``finetune`` None: the run has no fine-tune, as the embeddings task), and
+    the seconds the plan expects each to take."""
 
     distill: tuple[StageCounts, ...]
     finetune: StageCounts | None
@@ -134,10 +134,9 @@ def _counts(data: Any) -> StageCounts:
 
 
 def plan_training(seconds: float, *, texts: int, labelled: int, throughput: Throughput, stages: int,
-                  finetunes: bool = True, batch_size: int = 32) -> TrainingPlan:
+                  batch_size: int = 32) -> TrainingPlan:
     """How many examples and epochs each of ``stages`` distillation stages (on ``texts`` training texts) and the
-    labelled fine-tune (on ``labelled`` examples; ``finetunes`` False: none, the distillations share its time) get
-    to fill ``seconds`` of training at ``throughput``.
+    labelled fine-tune (on ``labelled`` examples) get to fill ``seconds`` of training at ``throughput``.
 
     Distillation reads its texts in a seeded order, each once before any twice: a stage that cannot read them all
     reads a subset, once; one that can reads them all for as many epochs as fit (at most :data:`MAX_EPOCHS`).
@@ -147,7 +146,7 @@ def plan_training(seconds: float, *, texts: int, labelled: int, throughput: Thro
     if seconds <= 0:
         raise GhostifyError(f"the budget leaves {seconds:.0f} s for training once the rest of the run is counted; "
                             "give a larger --budget")
-    finetune_seconds = FINETUNE_SHARE * seconds if finetunes else 0.0
+    finetune_seconds = FINETUNE_SHARE * seconds
     per_stage = (seconds - finetune_seconds) / stages
     counts: list[StageCounts] = []
     spent: dict[str, float] = {}
@@ -157,28 +156,25 @@ def plan_training(seconds: float, *, texts: int, labelled: int, throughput: Thro
         check_counts(f"distill {k + 1}", plan, texts, per_stage, batch_size)
         counts.append(plan)
         spent[f"distill {k + 1}"] = cost
-    if not finetunes:
-        return TrainingPlan(distill=tuple(counts), finetune=None, seconds=spent)
     finetune, cost = finetune_counts(finetune_seconds, labelled, throughput, labelled_seen(seen, texts, labelled))
     check_counts("the fine-tune", finetune, labelled, finetune_seconds, batch_size)
     spent["finetune"] = cost
     return TrainingPlan(distill=tuple(counts), finetune=finetune, seconds=spent)
 
 
-def stages_worth_it(seconds: float, stages: int, *, scoring: float, evaluation: float, finetunes: bool = True) -> int:
+def stages_worth_it(seconds: float, stages: int, *, scoring: float, evaluation: float) -> int:
     """How many of ``stages`` compression stages a budget of ``seconds`` is worth, predicted before the first
     allocation from how long the teacher's evaluation (``evaluation`` seconds) and its scores (``scoring``, the
     evaluation included) took: the most stages whose distillations each get at least as long as a later stage's
     own scoring and allocation take (a stage that distils for less than it costs to set up leaves the model worse
     than that time spent training in fewer). The end of the run (two evaluations of the compressed model, about
-    one of the teacher; the export and the last timing) is reserved as the run's clock reserves it (``compress``), and
-    the fine-tune's share of training where the run ``finetunes``."""
+    one of the teacher; the export and the last timing) is reserved as the run's clock reserves it (``compress``)."""
     first = FIRST_STAGE_SECONDS + (1 + FIRST_STAGE_PER_SCORING) * scoring
     later = LATER_STAGE_SHARE * first
     ending = ending_seconds(evaluation, later)
     for count in range(stages, 1, -1):
         training = seconds - first - later * (count - 1) - ending
-        if (1 - (FINETUNE_SHARE if finetunes else 0.0)) * training / count >= later:
+        if (1 - FINETUNE_SHARE) * training / count >= later:
             return count
     return 1
 

@@ -133,8 +133,8 @@ class TaskKind(ABC):
     #: (GhostBERT's hidden-state losses: the embedding output, every attention and FFN block's output)
     compress_distill: dict[str, float] = {}
     #: what a ``compress`` time budget trains this kind with, where it differs from its budget's
-    #: (``ghostify.settings.Budget`` fields: learning rates, masked copies, whether it ends with the fine-tune)
-    compress_timed: dict[str, float | int | bool] = {}
+    #: (``ghostify.settings.Budget`` fields: learning rates, masked copies)
+    compress_timed: dict[str, float | int] = {}
 
     def example_tokens(self) -> int | None:
         """The tokens every training example fills whatever its text's length (a window of a longer text), which

@@ -43,8 +43,7 @@ class QuestionAnswering(TaskKind):
     #: second) at the budget's 1e-4, 39.5 and 43.5 at 3e-4, 41.3 and 44.2 at 5e-4 (benchmarks/results/qa_learning.md)
     #: one masked copy of every training text: the 3x student's F1 rose from 39.6 to 42.3 distilled for the same 600
     #: steps (benchmarks/results/budget_curve_xeon.md)
-    compress_timed = {"distill_learning_rate": 5e-4, "finetune_learning_rate": 5e-4, "masked_copies": 1,
-                      "finetunes": False}
+    compress_timed = {"distill_learning_rate": 5e-4, "finetune_learning_rate": 5e-4, "masked_copies": 1}
 
     @property
     def columns(self) -> QAColumns:
