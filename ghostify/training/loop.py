@@ -204,7 +204,7 @@ def train(
     collate: Callable,
     settings: TrainSettings,
     output: str | os.PathLike,
-    save_student: Callable[[nn.Module, Path, dict[str, torch.Tensor]], None],
+    save_student: Callable[[nn.Module, Path, dict[str, torch.Tensor]], None] | None,
     *,
     evaluation: Evaluation | None = None,
     identity: dict[str, Any] | None = None,
@@ -212,14 +212,17 @@ def train(
     overwrite: bool = False,
     on_step: Callable[[int], None] | None = None,
     describe: str = "training",
+    quiet: bool = False,
 ) -> TrainResult:
     """Train ``objective`` on ``train_rows`` and write the best (or last) student to ``output``.
 
     ``save_student(student, directory, extra_tensors, state)`` writes a checkpoint directory (``state``:
-    the student's tensors gathered from a sharded run, None when the student holds them itself);
+    the student's tensors gathered from a sharded run, None when the student holds them itself; None: no student
+    is written, only ``training.json``);
     ``identity`` describes the inputs (models, data) so that ``resume`` refuses a different run.
     Under an FSDP2 or DeepSpeed launch config the student, its gradients and optimizer state, and the
-    teacher are sharded over the processes (:mod:`ghostify.training.sharding`).
+    teacher are sharded over the processes (:mod:`ghostify.training.sharding`). ``quiet``: no progress shown
+    (the few steps that time this machine, :mod:`ghostify.steps.throughput`).
     """
     # deferred: accelerate and transformers' schedules take seconds to import, paid only when training
     from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, set_seed
@@ -325,7 +328,8 @@ def train(
                     remove_tree(work)  # the run never started: it leaves no OUT.partial behind
                 raise
         started = time.perf_counter()
-        shown = TrainingProgress(describe, total_steps, progress.step, settings.batch_size, enabled=main)
+        shown = TrainingProgress(describe, total_steps, progress.step, settings.batch_size,
+                                 enabled=main and not quiet)
 
         def log(record: dict[str, Any]) -> None:
             if main:
@@ -433,7 +437,7 @@ def train(
                     # linked (or copied), not moved: until `work` is gone, a kill must leave `best`
                     # whole for the resume that finishes the run again
                     shutil.copytree(work / "best", tmp, dirs_exist_ok=True, copy_function=_link_or_copy)
-                else:
+                elif save_student is not None:
                     save_student(inner.student, tmp, inner.extra_state_to_save(last),
                                  split_state(last, "student") if last is not None else None)
                 if metrics_file.exists():
@@ -447,7 +451,8 @@ def train(
                      "engine": sharding.name,
                      **({"constant_baseline": baseline} if baseline is not None else {}),
                      **({"teacher_outputs": store_note} if store_note is not None else {}), **fingerprint}, indent=2))
-                write_model_card(tmp)  # the card again, now with training.json's evaluations
+                if save_student is not None:
+                    write_model_card(tmp)  # the card again, now with training.json's evaluations
             remove_tree(work)
         accelerator.wait_for_everyone()
         return TrainResult(output, progress.step, progress.best, progress.history, time.perf_counter() - started,
