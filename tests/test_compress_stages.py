@@ -215,38 +215,13 @@ def test_compress_ships_in_openvino_int8(world, tmp_path, capsys, fixed_latency,
     assert report["shipped_metrics"]["accuracy"] >= 0
 
 
-def test_compress_a_sentence_embedding_model(tmp_path, capsys, fixed_latency, on_target):
+def test_compress_a_sentence_embedding_model_on_a_time_budget_and_again_from_its_budget_file(
+        tmp_path, capsys, monkeypatch, fixed_latency, on_target):
     """Issue 48: the original is the teacher (no fine-tune), the scores are label-free, the last distillation (its
     pooled embedding against the teacher's) is the result, exported with its sentence-transformers layout, and the
-    report states Spearman of both."""
-    from ghostify.testing import tiny_sentence_transformer, write_toy_pairs
-
-    model = tiny_sentence_transformer(tmp_path / "st")
-    pairs = write_toy_pairs(tmp_path / "pairs", train=48, validation=24)
-    out = tmp_path / "out"
-    code, _, err = run_cli(capsys, "compress", model, "-o", out, "--task", "embeddings", "--dataset", pairs,
-                           "--text-columns", "sentence1,sentence2", "--label-column", "label", "--max-length", "32",
-                           "--speedup", "1.2", "--max-samples", "32", "--importance-samples", "16", "--rounds", "3",
-                           "--no-drop-layers")  # shipped in ONNX Runtime int8, the default: its graph is scored too
-    assert code == 0, err
-    report = json.loads((out / "report.json").read_text())
-    assert "spearman" in report["metrics"] and "spearman" in report["teacher_metrics"]
-    assert report["shipped"].endswith("model_int8.onnx") and "spearman" in report["shipped_metrics"]
-    names = {p.name.split("-", 1)[1] for p in (out / "stages").iterdir() if p.is_dir() and p.name[0].isdigit()}
-    assert "teacher" not in names and "final" in names and "hf" in names  # no fine-tune of a teacher, nor of labels
-    hf = next(p for p in (out / "stages").iterdir() if p.name.endswith("-hf"))
-    assert (hf / "modules.json").is_file()
-    history = [h["command"] for h in load_model(Path(report["model_dir"])).config.ghostify["history"]]
-    assert history[-1] == "distill" and "finetune" not in history
-
-
-
-def test_a_time_budget_for_embeddings_writes_no_fine_tune_and_trains_the_same_bytes_again(tmp_path, capsys,
-                                                                                         monkeypatch, fixed_latency,
-                                                                                         on_target):
-    """The embeddings task has no labelled fine-tune: its time budget's last distillation is the result, budget.json
-    says so (``finetune`` null) and the report too, and that budget.json trains the same bytes again (it was refused
-    as "not a budget a compress run wrote")."""
+    report states Spearman of both. With no labelled fine-tune, a time budget's budget.json says so (``finetune``
+    null) and the report too, and that budget.json trains the same bytes again (it was refused as "not a budget a
+    compress run wrote")."""
     from ghostify.recipe import time_budget
     from ghostify.testing import tiny_sentence_transformer, write_toy_pairs
 
@@ -254,15 +229,23 @@ def test_a_time_budget_for_embeddings_writes_no_fine_tune_and_trains_the_same_by
     model = tiny_sentence_transformer(tmp_path / "st")
     pairs = write_toy_pairs(tmp_path / "pairs", train=48, validation=24)
 
-    def args(out: Path, budget: str) -> list:
+    def args(out: Path, budget: str) -> list:  # shipped in ONNX Runtime int8, the default: its graph is scored too
         return ["compress", model, "-o", out, "--task", "embeddings", "--dataset", pairs, "--text-columns",
                 "sentence1,sentence2", "--label-column", "label", "--max-length", "32", "--speedup", "1.2",
-                "--importance-samples", "16", "--rounds", "3", "--runtime", "pytorch", "--no-drop-layers",
-                "--budget", budget]
+                "--importance-samples", "16", "--rounds", "3", "--no-drop-layers", "--budget", budget]
 
     timed = tmp_path / "timed"
     code, _, err = run_cli(capsys, *args(timed, "30s"))
     assert code == 0, err
+    report = json.loads((timed / "report.json").read_text())
+    assert "spearman" in report["metrics"] and "spearman" in report["teacher_metrics"]
+    assert report["shipped"].endswith("model_int8.onnx") and "spearman" in report["shipped_metrics"]
+    names = {p.name.split("-", 1)[1] for p in (timed / "stages").iterdir() if p.is_dir() and p.name[0].isdigit()}
+    assert "teacher" not in names and "final" in names and "hf" in names  # no fine-tune of a teacher, nor of labels
+    hf = next(p for p in (timed / "stages").iterdir() if p.name.endswith("-hf"))
+    assert (hf / "modules.json").is_file()
+    history = [h["command"] for h in load_model(Path(report["model_dir"])).config.ghostify["history"]]
+    assert history[-1] == "distill" and "finetune" not in history
     budget = json.loads((timed / "budget.json").read_text())
     assert len(budget["distill"]) == 1 and budget["finetune"] is None and "finetune" not in budget["seconds"]
     assert "no labelled fine-tune: the last distillation is the result" in (timed / "report.md").read_text()
@@ -271,3 +254,52 @@ def test_a_time_budget_for_embeddings_writes_no_fine_tune_and_trains_the_same_by
     assert code == 0, err
     first, second = (_weights(Path(json.loads((out / "report.json").read_text())["model_dir"])) for out in (timed, again))
     assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_the_throughput_probe_times_the_training_loop_and_writes_nothing_it_reads(world, tmp_path, monkeypatch):
+    """The probe trains through :func:`ghostify.training.loop.train` (two epochs of distillation, the first also
+    storing the teacher's outputs, then one of the fine-tune reading them back), in a directory of its own."""
+    from ghostify.settings import DataSettings, TaskSettings
+    from ghostify.steps import throughput
+
+    runs: list[tuple[str, int, bool]] = []
+    train = throughput.train
+
+    def recorded(objective, rows, collate, settings, output, save_student, **kwargs):
+        runs.append((type(objective).__name__, settings.epochs, objective.store is not None))
+        return train(objective, rows, collate, settings, output, save_student, **kwargs)
+
+    monkeypatch.setattr(throughput, "train", recorded)
+    before = {p: p.read_bytes() for p in (world / "model").iterdir()}
+    data = DataSettings(dataset=str(world / "toy"), text_columns=("sentence",), label_column="label", max_length=32)
+    rates = throughput.training_throughput(world / "model", world / "model", data, TaskSettings(), examples=48)
+    assert runs == [("DistillObjective", 2, True), ("FinetuneObjective", 1, True)]
+    for name in ("teacher", "distill", "finetune", "evaluate"):
+        assert 0 <= getattr(rates, name) < 1, rates  # seconds per example of a tiny model
+    assert rates.distill > 0 and rates.finetune > 0 and rates.evaluate > 0
+    assert rates.rows == 1 and rates.per_step() == 32  # a text is a row: a step of 32 rows covers 32 texts
+    assert {p: p.read_bytes() for p in (world / "model").iterdir()} == before
+
+
+def test_the_probe_counts_a_sentence_pairs_two_texts_as_two_rows_of_a_step(tmp_path):
+    """The embeddings task trains on each text of a pair as a row of its own: a step of 32 rows covers 16 pairs, and
+    a time budget's plan cuts its last epoch at a step counted so (it counted 32 pairs a step, and trained 0.92 of
+    the one and 151/180 epochs it planned on STS-B)."""
+    from ghostify.recipe.time_budget import StageCounts, Throughput, distill_counts
+    from ghostify.settings import DataSettings, TaskSettings
+    from ghostify.steps.throughput import training_throughput
+    from ghostify.testing import tiny_sentence_transformer, write_toy_pairs
+
+    model = tiny_sentence_transformer(tmp_path / "st")
+    pairs = write_toy_pairs(tmp_path / "pairs", train=48, validation=24)
+    data = DataSettings(task="embeddings", dataset=str(pairs), text_columns=("sentence1", "sentence2"),
+                        label_column="label", max_length=32)
+    rates = training_throughput(model, model, data, TaskSettings(), examples=48)
+    assert rates.rows == 2 and rates.per_step() == 16
+    # 1,000 pairs: 63 steps an epoch of 16 pairs; 9 s = 1 epoch (1,000 x (0.004 + 0.002) = 6 s) and 3 s of a
+    # second (a whole one: 4 s): 3 / (0.004 x 16) = 46 steps (of 63)
+    counts, cost, _ = distill_counts(9.0, 1000, 0, Throughput(teacher=0.002, distill=0.004, finetune=0.004,
+                                                              evaluate=0.001, rows=2))
+    assert counts == StageCounts(None, 2, 63 + 46) and cost == pytest.approx(6 + 46 * 16 * 0.004)
+    assert counts.describe(1000, 16) == "1,000 x 1 epoch and 46 of 63 steps of one more"
+    assert counts.examples(1000, 16) == 1000 + 46 * 16

@@ -88,7 +88,7 @@ def test_time_that_whole_epochs_leave_goes_to_part_of_one_more():
 
 
 def test_too_little_time_for_a_stage_is_one_line():
-    with pytest.raises(GhostifyError, match="s for distill 1: too little to take 8 steps"):
+    with pytest.raises(GhostifyError, match="s for distill 1: too little to take 8 optimizer steps"):
         plan_training(5, texts=67000, labelled=67000, throughput=RATES, stages=1)
     with pytest.raises(GhostifyError, match="larger --budget"):
         plan_training(-3, texts=10, labelled=10, throughput=RATES, stages=1)
@@ -127,7 +127,7 @@ def test_a_later_stage_whose_time_is_spent_trains_the_fewest_steps_and_says_so()
     first = _Clock(60.0)
     first.begin()
     first.start -= 100
-    with pytest.raises(GhostifyError, match="too little to take 8 steps"):
+    with pytest.raises(GhostifyError, match="too little to take 8 optimizer steps"):
         first.plan_stage(1, 2, RATES, sizes, last=False, finetunes=True, say=said.append)
     # where the run chose its two stages itself (predicted to fit), the first finishes as a later one does
     said.clear()

@@ -229,9 +229,10 @@ class _Run:
     def finetune_after_distilling(self, decided: list[Step], records: list[dict[str, Any]]) -> StageCounts:
         """The fine-tune's counts for a time budget, planned again once the last distillation has trained: for the
         time then left, at the throughput measured before it slowed by as much as the distillation ran over its
-        plan (the probe's few batches miss part of a small student's step: CoNLL-2003 at 6x distilled 1.36x and
-        fine-tuned 1.6x slower than probed, and ran 25% over its 20 minutes). Kept in the last stage's record, so a
-        resumed run trains what the interrupted one planned."""
+        plan (the probe's few steps miss some of a long run's: CoNLL-2003 at 3x on a 2-core Xeon distilled 1.2x
+        slower than probed through the loop, 1.48x than the earlier probe of three batches, whose runs went up to 25%
+        over their 20 minutes). Kept in the last stage's record, so a resumed run trains what the interrupted one
+        planned."""
         record, k = records[-1], self.count
         if record.get("finetune_after_distilling"):
             return StageCounts(**record["finetune"])
@@ -242,7 +243,7 @@ class _Run:
         directory = next(p.directory.name for p in plan(recipe, self.run_dir) if p.stage.name == distill)
         planned = record["planned_seconds"]["distill"]
         slower = max(1.0, walls.get(directory, planned) / planned) if planned > 0 else 1.0
-        rates = Throughput(**{name: value * slower for name, value in record["throughput"].items()})
+        rates = Throughput(**record["throughput"]).slowed(slower)
         sizes = self.sizes()
         # what the run has spent: this process's clock, or on a resumed run at least the stages' recorded times
         spent = max(self.clock.elapsed(), sum(walls.values()))
@@ -251,12 +252,12 @@ class _Run:
         texts = sizes["texts"]
         seen = max(min(texts, r["counts"]["max_samples"] or texts) for r in records)
         finetune, cost = finetune_counts(left, sizes["labelled"], rates, labelled_seen(seen, texts, sizes["labelled"]))
-        self.clock.overrun("the fine-tune", finetune, sizes["labelled"], left, self.say)
-        finetune = fewest(finetune, sizes["labelled"])
+        self.clock.overrun("the fine-tune", finetune, sizes["labelled"], left, self.say, rates.per_step())
+        finetune = fewest(finetune, sizes["labelled"], rates.per_step())
         self.clock.planned["finetune"] = cost
         self.say(f"the fine-tune planned again after the last distillation, which took {walls.get(directory, 0):.0f} s "
-                 f"of a planned {planned:.0f} s: {finetune.describe(sizes['labelled'])} (examples), about {cost:.0f} s "
-                 f"of the {max(0.0, left):.0f} s left")
+                 f"of a planned {planned:.0f} s: {finetune.describe(sizes['labelled'], rates.per_step())} (examples), "
+                 f"about {cost:.0f} s of the {max(0.0, left):.0f} s left")
         record |= {"finetune": finetune.to_json(), "finetune_after_distilling": {"slower": slower, "left": left}}
         compress_record.write(self.out, record, name=self.record_name(k))
         return finetune
@@ -397,37 +398,40 @@ class _Clock:
             self.finetune_reserve = FINETUNE_SHARE * left if finetunes else 0.0
         distill_seconds = (left - self.finetune_reserve) / (count - k + 1)
         counts, cost, self.seen = distill_counts(distill_seconds, sizes["texts"], self.seen, rates)
+        per_step = rates.per_step()
         self.planned[f"distill {k}"] = cost
         result: dict[str, Any] = {"counts": counts.to_json(), "throughput": dataclasses.asdict(rates)}
         # before any training a budget too small for the stages asked for is refused; once a stage has trained (or
         # where the stage count was predicted), the run finishes with the fewest steps worth running, over its time
         # (the user's minutes are already spent: a refusal would waste them)
         check = check_counts if k == 1 and refuse else \
-            lambda stage, counts, available, seconds: self.overrun(stage, counts, available, seconds, say)
-        check(f"distill {k}", counts, sizes["texts"], distill_seconds)
-        counts = fewest(counts, sizes["texts"])
+            lambda stage, counts, available, seconds, per_step: self.overrun(stage, counts, available, seconds, say,
+                                                                             per_step)
+        check(f"distill {k}", counts, sizes["texts"], distill_seconds, per_step)
+        counts = fewest(counts, sizes["texts"], per_step)
         result["counts"] = counts.to_json()
         result["planned_seconds"] = {"distill": cost}
         if last and finetunes:
             finetune, cost = finetune_counts(left - cost, sizes["labelled"], rates,
                                              labelled_seen(self.seen, sizes["texts"], sizes["labelled"]))
-            check("the fine-tune", finetune, sizes["labelled"], left - cost)
-            finetune = fewest(finetune, sizes["labelled"])
+            check("the fine-tune", finetune, sizes["labelled"], left - cost, per_step)
+            finetune = fewest(finetune, sizes["labelled"], per_step)
             self.planned["finetune"] = cost
             result["finetune"] = finetune.to_json()
         say(f"stage {k} of {count}: {self.elapsed():.0f} s spent of {self.seconds:.0f} s; distillation on "
-            f"{counts.describe(sizes['texts'])} (texts), about {self.planned[f'distill {k}']:.0f} s at "
+            f"{counts.describe(sizes['texts'], per_step)} (texts), about {self.planned[f'distill {k}']:.0f} s at "
             f"{1 / (rates.distill + rates.teacher):.1f} new texts/s" +
-            (f"; the fine-tune on {finetune.describe(sizes['labelled'])} (examples)" if "finetune" in result else ""))
+            (f"; the fine-tune on {finetune.describe(sizes['labelled'], per_step)} (examples)"
+             if "finetune" in result else ""))
         return result
 
     def overrun(self, stage: str, counts: StageCounts, available: int, seconds: float,
-                 say: Callable[[str], None]) -> None:
+                say: Callable[[str], None], per_step: float) -> None:
         """Say that ``stage`` trains the fewest steps worth running, past the budget, where its time is spent."""
-        least = fewest(counts, available)
+        least = fewest(counts, available, per_step)
         if least != counts:
             say(f"the budget leaves {max(0.0, seconds):.0f} s for {stage}: it trains the fewest steps worth running "
-                f"({least.examples(available):,} examples), and the run ends after its "
+                f"({least.examples(available, per_step):,} examples), and the run ends after its "
                 f"{self.seconds:.0f} s; give a larger --budget or fewer --stages to stay within it")
 
     @staticmethod

@@ -61,7 +61,9 @@ def parse_duration(text: str) -> float | None:
 @dataclass(frozen=True)
 class StageCounts:
     """One training stage's data: a seeded subset of ``max_samples`` examples (None: all of them), ``epochs``, the
-    last of them cut short at ``max_steps`` optimizer steps in all (None: every epoch whole)."""
+    last of them cut short at ``max_steps`` optimizer steps in all (None: every epoch whole). ``per_step`` below:
+    the examples one optimizer step covers, :meth:`Throughput.per_step` (a step of 32 rows covers 16 sentence
+    pairs: their two texts are rows of their own)."""
 
     max_samples: int | None
     epochs: int
@@ -71,18 +73,19 @@ class StageCounts:
         """The examples one epoch reads, of the ``available`` ones."""
         return available if self.max_samples is None else min(self.max_samples, available)
 
-    def examples(self, available: int, batch_size: int = 32) -> int:
+    def examples(self, available: int, per_step: float = 32) -> int:
         """The examples the stage trains on, counting every pass (a cut epoch's last step as a whole batch)."""
         read = self._read(available)
         if self.max_steps is None:
             return read * self.epochs
-        per_epoch = math.ceil(read / batch_size)
-        return min(read * self.epochs, (self.max_steps // per_epoch) * read + (self.max_steps % per_epoch) * batch_size)
+        per_epoch = math.ceil(read / per_step)
+        return min(read * self.epochs,
+                   (self.max_steps // per_epoch) * read + round((self.max_steps % per_epoch) * per_step))
 
-    def describe(self, available: int, batch_size: int = 32) -> str:
+    def describe(self, available: int, per_step: float = 32) -> str:
         """``14,041 x 2 epochs``, ``5,000 x 1 epoch``, ``14,041 x 2 epochs and 147 of 439 steps of one more``."""
         read = self._read(available)
-        per_epoch = math.ceil(read / batch_size)
+        per_epoch = math.ceil(read / per_step)
         if self.max_steps is None or self.max_steps >= per_epoch * self.epochs:
             return f"{read:,} x {self.epochs} epoch{'s' if self.epochs > 1 else ''}"
         whole, part = divmod(self.max_steps, per_epoch)
@@ -148,16 +151,18 @@ def plan_training(seconds: float, *, texts: int, labelled: int, throughput: Thro
                             "give a larger --budget")
     finetune_seconds = FINETUNE_SHARE * seconds
     per_stage = (seconds - finetune_seconds) / stages
+    per_step = throughput.per_step(batch_size)
     counts: list[StageCounts] = []
     spent: dict[str, float] = {}
     seen = 0  # texts the teacher has already read (their outputs are in the store)
     for k in range(stages):
-        plan, cost, seen = distill_counts(per_stage, texts, seen, throughput)
-        check_counts(f"distill {k + 1}", plan, texts, per_stage, batch_size)
+        plan, cost, seen = distill_counts(per_stage, texts, seen, throughput, batch_size)
+        check_counts(f"distill {k + 1}", plan, texts, per_stage, per_step)
         counts.append(plan)
         spent[f"distill {k + 1}"] = cost
-    finetune, cost = finetune_counts(finetune_seconds, labelled, throughput, labelled_seen(seen, texts, labelled))
-    check_counts("the fine-tune", finetune, labelled, finetune_seconds, batch_size)
+    finetune, cost = finetune_counts(finetune_seconds, labelled, throughput, labelled_seen(seen, texts, labelled),
+                                     batch_size)
+    check_counts("the fine-tune", finetune, labelled, finetune_seconds, per_step)
     spent["finetune"] = cost
     return TrainingPlan(distill=tuple(counts), finetune=finetune, seconds=spent)
 
@@ -186,30 +191,33 @@ def ending_seconds(evaluations: float, later_stage: float) -> float:
     return evaluations + later_stage / 2
 
 
-def _least(available: int, batch_size: int) -> int:
+def _least(available: int, per_step: float) -> int:
     """The fewest examples a training stage is worth running: :data:`MIN_STEPS` steps (or every example)."""
-    return min(MIN_STEPS * batch_size, available)
+    return min(math.ceil(MIN_STEPS * per_step), available)
 
 
-def fewest(counts: StageCounts, available: int, batch_size: int = 32) -> StageCounts:
-    """``counts``, or :data:`MIN_STEPS` steps of ``batch_size`` examples (of the ``available`` ones) where they are
+def fewest(counts: StageCounts, available: int, per_step: float = 32) -> StageCounts:
+    """``counts``, or :data:`MIN_STEPS` steps of ``per_step`` examples (of the ``available`` ones) where they are
     fewer: what a stage trains once the budget is spent but the run must still finish (a later stage)."""
-    least = _least(available, batch_size)
-    return counts if counts.examples(available) >= least else StageCounts(least if least < available else None, 1)
+    least = _least(available, per_step)
+    return counts if counts.examples(available, per_step) >= least else \
+        StageCounts(least if least < available else None, 1)
 
 
-def check_counts(stage: str, counts: StageCounts, available: int, seconds: float, batch_size: int = 32) -> None:
+def check_counts(stage: str, counts: StageCounts, available: int, seconds: float, per_step: float = 32) -> None:
     """Refuse a plan that gives ``stage`` fewer than :data:`MIN_STEPS` optimizer steps (of the examples there are)."""
-    if counts.examples(available) < _least(available, batch_size):
+    if counts.examples(available, per_step) < _least(available, per_step):
         raise GhostifyError(f"the budget leaves {max(0.0, seconds):.0f} s for {stage}: too little to take {MIN_STEPS} "
-                            f"steps of {batch_size} examples at the throughput measured here; give a larger --budget, "
-                            "fewer --stages, or --budget quick")
+                            f"optimizer steps ({_least(available, per_step):,} examples) at the throughput measured "
+                            "here; give a larger --budget, fewer --stages, or --budget quick")
 
 
-def distill_counts(seconds: float, texts: int, seen: int, throughput: Throughput) -> tuple[StageCounts, float, int]:
+def distill_counts(seconds: float, texts: int, seen: int, throughput: Throughput, batch_size: int = 32
+                   ) -> tuple[StageCounts, float, int]:
     """One distillation stage's counts for ``seconds`` on ``texts`` texts, ``seen`` of which the teacher has read
     (a text it has not costs its pass the first time); the seconds they take, and the texts seen after it."""
-    plan, cost = _fill(seconds, texts, throughput.distill, throughput.teacher, seen=seen)
+    plan, cost = _fill(seconds, texts, throughput.distill, throughput.teacher, seen=seen,
+                       per_step=throughput.per_step(batch_size))
     return plan, cost, max(seen, min(texts, plan.max_samples or texts))
 
 
@@ -222,20 +230,21 @@ def labelled_seen(seen: int, texts: int, labelled: int) -> int:
     return seen if texts == labelled else round(seen * labelled / texts)
 
 
-def finetune_counts(seconds: float, labelled: int, throughput: Throughput, seen: int | None = None
-                    ) -> tuple[StageCounts, float]:
+def finetune_counts(seconds: float, labelled: int, throughput: Throughput, seen: int | None = None,
+                    batch_size: int = 32) -> tuple[StageCounts, float]:
     """The fine-tune's counts for ``seconds`` on ``labelled`` examples: the teacher's logits read back for the
     ``seen`` ones distillation gave it (the same seeded order of the training split; None: all), its pass paid
     for the rest (on SST-2 at 6x a fine-tune of 27,651 examples after distillations of 22,138 texts took 276 s
     where 197 s were planned without it)."""
-    return _fill(seconds, labelled, throughput.finetune, throughput.teacher, seen=seen)
+    return _fill(seconds, labelled, throughput.finetune, throughput.teacher, seen=seen,
+                 per_step=throughput.per_step(batch_size))
 
 
 def _fill(seconds: float, available: int, step: float, first: float, *, seen: int | None = None,
-          batch_size: int = 32) -> tuple[StageCounts, float]:
+          per_step: float = 32) -> tuple[StageCounts, float]:
     """The most examples (a subset, one epoch) or epochs (all of them, the last cut short where a whole one does not
     fit) of ``available`` that fit ``seconds`` at ``step`` seconds each, plus ``first`` seconds the first time an
-    example beyond the ``seen`` ones is read."""
+    example beyond the ``seen`` ones is read; an optimizer step covers ``per_step`` examples."""
     seen = available if seen is None else min(seen, available)
 
     def cost(n: int, epochs: int) -> float:
@@ -251,11 +260,11 @@ def _fill(seconds: float, available: int, step: float, first: float, *, seen: in
     spent = cost(available, epochs)
     # whole epochs alone left up to one epoch's time unspent (CoNLL-2003 at 3x with --budget 20m finished at 86% of
     # it): the rest goes to the steps of one more epoch that fit, every text already read once
-    per_epoch = math.ceil(available / batch_size)
-    extra = 0 if epochs == MAX_EPOCHS else min(per_epoch - 1, int((seconds - spent) // (step * batch_size)))
+    per_epoch = math.ceil(available / per_step)
+    extra = 0 if epochs == MAX_EPOCHS else min(per_epoch - 1, int((seconds - spent) // (step * per_step)))
     if extra < 1:
         return StageCounts(None, epochs), spent
-    return StageCounts(None, epochs + 1, epochs * per_epoch + extra), spent + extra * batch_size * step
+    return StageCounts(None, epochs + 1, epochs * per_epoch + extra), spent + extra * per_step * step
 
 
 def _largest(fits, upper: int) -> int:

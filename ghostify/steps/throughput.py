@@ -8,10 +8,13 @@ fine-tune with the teacher's logits read back. Each is timed by the loop's own c
 forward pass in evaluation is timed on a few batches. Times are per *example* (a question with all its windows, a
 text with all its chunks), the unit ``--max-samples`` counts.
 
-Why the loop and not a few batches timed alone: on a 2-core Intel Xeon, three pre-collated batches predicted
-0.0155 s a text for the SQuAD part's 3x student and 0.0086 for CoNLL-2003's; their distillations ran at 0.0215
-and 0.0137 (1.4x and 1.6x slower: the loop's serial work between steps left a core idle a third of the time),
-and the runs ended 24% and 11.5% past their budgets.
+Why the loop and not a few batches timed alone: on a 2-core Intel Xeon three pre-collated batches, timed at full
+use of both cores, predicted the CoNLL-2003 3x student's distillation at 697 s and it took 1,030 (1.48x; the loop's
+work between steps, batches loaded and collated and the stored outputs read back, keeps a core idle about a third
+of the time), the fine-tune after it got its fewest steps and the run ended 11.5% past its 20 minutes. Timed
+through the loop, the same run was planned at 711 s and took 851 (1.20x: the probe's ten steps an epoch read 0.0063-0.0094 s a
+text in five probes within minutes on this VM; the fine-tune, planned again after the distillation, absorbs such a
+miss) and ended 3.7% past them.
 """
 
 from __future__ import annotations
@@ -47,6 +50,18 @@ class Throughput:
     distill: float  # a distillation step of the student, the teacher's outputs read back from the store
     finetune: float  # a fine-tuning step of the student with the teacher's logits read back
     evaluate: float  # the student on a validation example
+    #: training rows per example: a question's windows, a long text's chunks, a sentence pair's two texts (the
+    #: embeddings task); the loop's steps are of rows, the plan's counts of examples
+    rows: float = 1.0
+
+    def per_step(self, batch_size: int = 32) -> float:
+        """The examples one optimizer step of ``batch_size`` rows covers."""
+        return batch_size / self.rows
+
+    def slowed(self, factor: float) -> Throughput:
+        """Every kind of work ``factor`` times slower (the same rows per example)."""
+        return replace(self, teacher=self.teacher * factor, distill=self.distill * factor,
+                       finetune=self.finetune * factor, evaluate=self.evaluate * factor)
 
 
 #: examples the training loop is timed on: 10 steps of 32 an epoch
@@ -97,7 +112,7 @@ def training_throughput(student: str | os.PathLike, teacher: str | os.PathLike, 
     evaluated = sum(int(b["input_ids"].shape[0]) for b in batches[1:] or batches[:1]) * samples / len(rows)
     return Throughput(teacher=max(0.0, first - again) / samples, distill=again / samples,
                       finetune=(finetune_seconds if finetune_seconds is not None else again) / samples,
-                      evaluate=evaluate / evaluated)
+                      evaluate=evaluate / evaluated, rows=len(rows) / samples)
 
 
 def _epochs(objective: torch.nn.Module, rows: Any, collate: Callable, settings: TrainSettings,
