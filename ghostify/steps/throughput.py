@@ -12,9 +12,9 @@ Why the loop and not a few batches timed alone: on a 2-core Intel Xeon three pre
 use of both cores, predicted the CoNLL-2003 3x student's distillation at 697 s and it took 1,030 (1.48x; the loop's
 work between steps, batches loaded and collated and the stored outputs read back, keeps a core idle about a third
 of the time), the fine-tune after it got its fewest steps and the run ended 11.5% past its 20 minutes. Timed
-through the loop, the same run was planned at 711 s and took 851 (1.20x: the probe's ten steps an epoch read 0.0063-0.0094 s a
-text in five probes within minutes on this VM; the fine-tune, planned again after the distillation, absorbs such a
-miss) and ended 3.7% past them.
+through the loop, the same run was planned at 711 s and took 851 (1.20x: the probe's ten steps an epoch read
+0.0063-0.0094 s a text in five probes within minutes on this VM; the fine-tune, planned again after the
+distillation, absorbs such a miss) and ended 3.7% past them.
 """
 
 from __future__ import annotations
