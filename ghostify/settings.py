@@ -135,6 +135,9 @@ class TrainSettings:
     # the most optimizer steps in all: the last epoch stops there (None: every epoch whole); what lets a time
     # budget fill its time with part of one more epoch
     max_steps: int | None = None
+    # end training after this many optimizer steps, the learning-rate schedule still sized by epochs and max_steps
+    # (None: train them all): where a time budget's deadline stopped its last stage, so a re-run trains those bytes
+    stop_step: int | None = None
     batch_size: int = 32  # global: examples per optimizer step over every process
     learning_rate: float = 2e-5
     # the ghost modules' kernels and scales (None: learning_rate): softmax-normalised kernels barely
@@ -167,6 +170,8 @@ class TrainSettings:
             (self.epochs >= 1, f"--epochs {self.epochs} must be at least 1"),
             (self.max_steps is None or self.max_steps >= 1,
              f"--max-steps {self.max_steps} must be at least 1 (or unset: every epoch whole)"),
+            (self.stop_step is None or self.stop_step >= 1,
+             f"--stop-step {self.stop_step} must be at least 1 (or unset: every step the schedule has)"),
             (self.batch_size >= 1, f"--batch-size {self.batch_size} must be at least 1"),
             (self.learning_rate > 0, f"--learning-rate {self.learning_rate} must be positive"),
             (self.ghost_learning_rate is None or self.ghost_learning_rate > 0,

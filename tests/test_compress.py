@@ -102,7 +102,7 @@ def test_a_missed_speedup_is_reallocated_once_with_the_measured_correction(world
     monkeypatch.setattr(compress_module, "_choose", lambda *a, **k: None)
     monkeypatch.setattr(compress_module, "_structure", lambda *a: (None, None))
     monkeypatch.setattr(compress_module, "_allocate_and_measure", fake_measure)
-    monkeypatch.setattr(compress_module, "run_recipe", lambda recipe, run_dir, on_stage=None: ran.append(recipe))
+    monkeypatch.setattr(compress_module, "run_recipe", lambda recipe, run_dir, **kwargs: ran.append(recipe))
     monkeypatch.setattr(compress_module, "_measure", lambda *a, **k: {"measured": 2.02, "dense_ms": 2.0,
                                                                         "compressed_ms": 0.99, "measured_low": 2.0,
                                                                         "measured_high": 2.1})
@@ -160,7 +160,7 @@ def test_a_miss_with_whole_layers_replans_them_only_when_the_same_layers_cannot_
     monkeypatch.setattr(compress_module, "_choose", lambda *a, **k: None)
     monkeypatch.setattr(compress_module, "_structure", structure)
     monkeypatch.setattr(compress_module, "_allocate_and_measure", _fake_structural_measure(allocations, reach))
-    monkeypatch.setattr(compress_module, "run_recipe", lambda recipe, run_dir, on_stage=None: ran.append(recipe))
+    monkeypatch.setattr(compress_module, "run_recipe", lambda recipe, run_dir, **kwargs: ran.append(recipe))
     monkeypatch.setattr(compress_module, "_measure", lambda *a, **k: {"measured": 2.0})
     monkeypatch.setattr(compress_module, "_report", lambda *a, **k: {"attempts": a[2]})
     monkeypatch.setattr(compress_module, "_write_report", lambda out, report: None)
@@ -504,7 +504,7 @@ def test_eval_names_the_tasks_own_metric(kind, main, tmp_path):
     assert result["main_metric"] == main and main in result["metrics"], result
 
 
-def test_the_report_says_which_training_stage_cut_its_last_epoch():
+def test_the_report_says_which_training_stage_cut_its_last_epoch_and_which_a_deadline_stopped():
     from ghostify.recipe.compress_report import markdown
 
     metrics = {"f1": 0.5}
@@ -513,7 +513,10 @@ def test_the_report_says_which_training_stage_cut_its_last_epoch():
         {"stage": "distill", "examples": 4196, "epochs": 2, "max_steps": 145, "steps": 145, "precision": "no",
          "teacher_outputs": store},
         {"stage": "final", "examples": 3187, "epochs": 1, "max_steps": None, "steps": 114, "precision": "no",
-         "teacher_outputs": store}]}
+         "teacher_outputs": store},
+        {"stage": "final", "examples": 3187, "epochs": 2, "max_steps": None, "steps": 150, "precision": "no",
+         "teacher_outputs": store, "stopped_at": 150, "schedule_steps": 200}]}
     text = markdown(report)
     assert "| distill | 4,196 | 2, the last cut | 145 | no |" in text
     assert "| final | 3,187 | 1 | 114 | no |" in text
+    assert "| final | 3,187 | 2 | 150 of 200: stopped at the budget's deadline | no |" in text

@@ -4,6 +4,7 @@ chose, and those counts train the same bytes again."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 from pathlib import Path
@@ -167,11 +168,11 @@ def test_an_interrupted_staged_run_resumes_to_the_same_bytes(world, tmp_path, ca
     real = compress_module.run_recipe
     calls = []
 
-    def interrupted(recipe, run_dir, on_stage=None):
+    def interrupted(recipe, run_dir, **kwargs):
         calls.append(recipe)
         if any(s.name == "final" for s in recipe.stages):  # the last call: stage 2 allocated, nothing of it trained
             raise KeyboardInterrupt
-        return real(recipe, run_dir, on_stage=on_stage)
+        return real(recipe, run_dir, **kwargs)
 
     monkeypatch.setattr(compress_module, "run_recipe", interrupted)
     resumed = tmp_path / "resumed"
@@ -221,11 +222,15 @@ def test_compress_a_sentence_embedding_model_on_a_time_budget_and_again_from_its
     pooled embedding against the teacher's) is the result, exported with its sentence-transformers layout, and the
     report states Spearman of both. With no labelled fine-tune, a time budget's budget.json says so (``finetune``
     null) and the report too, and that budget.json trains the same bytes again (it was refused as "not a budget a
-    compress run wrote")."""
+    compress run wrote"). Its last distillation has a deadline (here already passed, as on a machine that slowed
+    after it was timed): it stops after the fewest steps worth running, says so, and budget.json records the step."""
     from ghostify.recipe import time_budget
     from ghostify.testing import tiny_sentence_transformer, write_toy_pairs
 
     monkeypatch.setattr(time_budget, "FIRST_STAGE_SECONDS", 10.0)
+    deadline = compress_module._Clock.deadline
+    monkeypatch.setattr(compress_module._Clock, "deadline",
+                        lambda clock, evaluation: dataclasses.replace(deadline(clock, evaluation), at=0.0))
     model = tiny_sentence_transformer(tmp_path / "st")
     pairs = write_toy_pairs(tmp_path / "pairs", train=48, validation=24)
 
@@ -249,6 +254,9 @@ def test_compress_a_sentence_embedding_model_on_a_time_budget_and_again_from_its
     budget = json.loads((timed / "budget.json").read_text())
     assert len(budget["distill"]) == 1 and budget["finetune"] is None and "finetune" not in budget["seconds"]
     assert "no labelled fine-tune: the last distillation is the result" in (timed / "report.md").read_text()
+    assert budget["distill"][0]["stop_step"] == time_budget.MIN_STEPS
+    assert f"the last training stage stopped at step {time_budget.MIN_STEPS} of its" in err
+    assert "stopped at the budget's deadline" in (timed / "report.md").read_text()
     again = tmp_path / "again"
     code, _, err = run_cli(capsys, *args(again, str(timed / "budget.json")))
     assert code == 0, err

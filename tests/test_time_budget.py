@@ -85,6 +85,11 @@ def test_time_that_whole_epochs_leave_goes_to_part_of_one_more():
     assert TrainingPlan.from_json(plan.to_json(), "budget.json") == plan
     # a stage without a cut epoch writes what a budget.json from before it had
     assert StageCounts(500, 1).to_json() == {"max_samples": 500, "epochs": 1}
+    # one a deadline stopped at step 150 (2 epochs of 63 and 24 steps) trained 2 x 2,000 + 24 x 32 examples
+    stopped = dataclasses.replace(plan.finetune, stop_step=150)
+    assert stopped.examples(2000) == 2 * 2000 + 24 * 32
+    assert stopped.describe(2000) == "2,000 x 3 epochs and 31 of 63 steps of one more, stopped at step 150 by the deadline"
+    assert TrainingPlan.from_json(dataclasses.replace(plan, finetune=stopped).to_json(), "budget.json").finetune == stopped
 
 
 def test_too_little_time_for_a_stage_is_one_line():
@@ -104,9 +109,28 @@ def test_a_plan_reads_back_what_it_wrote_and_refuses_anything_else():
                 {"distill": [{"max_samples": 0, "epochs": 1}], "finetune": {"max_samples": None, "epochs": 1}},
                 {"distill": [{"max_samples": 5, "epochs": True}], "finetune": {"max_samples": None, "epochs": 1}},
                 {"distill": [{"max_samples": 5, "epochs": 2, "max_steps": 0}],
-                 "finetune": {"max_samples": None, "epochs": 1}}):
+                 "finetune": {"max_samples": None, "epochs": 1}},
+                {"distill": [{"max_samples": 5, "epochs": 2}], "finetune": {"max_samples": None, "epochs": 1,
+                                                                            "stop_step": "8"}}):
         with pytest.raises(GhostifyError, match="budget.json"):
             TrainingPlan.from_json(bad, "budget.json")
+
+
+def test_the_last_stage_must_end_when_what_follows_it_still_fits_in_the_budget():
+    """60 s, 10 spent: the last stage's deadline leaves its closing evaluation (5 s) and the run's end (two more
+    evaluations, 10 s, and half a later stage's set-up, none measured yet) before the budget's end: 35 s from now,
+    and never before the fewest steps worth running."""
+    import time
+
+    from ghostify.recipe.compress import _Clock
+    from ghostify.recipe.time_budget import MIN_STEPS
+
+    clock = _Clock(60.0)
+    clock.begin()
+    clock.start -= 10
+    before = time.time()
+    deadline = clock.deadline(5.0)
+    assert before + 35 - 0.5 <= deadline.at <= time.time() + 35 and deadline.least == MIN_STEPS
 
 
 def test_a_later_stage_whose_time_is_spent_trains_the_fewest_steps_and_says_so():

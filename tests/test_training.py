@@ -264,6 +264,31 @@ def test_max_steps_cuts_the_last_epoch_and_a_cut_run_resumes_exactly(tmp_path, t
     assert not any(torch.equal(whole[k], two[k]) for k in whole if k.startswith("bert.encoder"))
 
 
+def test_a_deadline_ends_training_at_a_step_and_stop_step_trains_the_same_bytes_again(tmp_path, toy_regression):
+    """A time budget's last stage has a deadline: past it, training ends at the step it has reached (never before
+    ``least`` steps), evaluated and saved as a whole epoch is, the learning-rate schedule still the one its epochs
+    sized (16 steps an epoch, 48 in 3: at step 20 the rate is 3e-3 x 28/48, not decayed to zero at the stop);
+    training.json says where it stopped, and ``stop_step`` there trains the same bytes without a deadline."""
+    from ghostify.steps import finetune
+    from ghostify.training.loop import Deadline
+
+    tiny_checkpoint(tmp_path / "init", num_labels=1)
+    args = dict(dataset=str(toy_regression), text_columns=("sentence",), batch_size=16, learning_rate=3e-3, epochs=3)
+    finetune(tmp_path / "init", tmp_path / "deadline", deadline=Deadline(at=0.0, least=21), **args)  # long passed
+    training = json.loads((tmp_path / "deadline" / "training.json").read_text())
+    assert training["steps"] == 21 and training["stopped_at"] == 21 and training["schedule_steps"] == 48
+    assert [e["step"] for e in training["evaluations"]] == [16, 21]
+    logged = [json.loads(line) for line in (tmp_path / "deadline" / "metrics.jsonl").read_text().splitlines()]
+    assert next(r["lr"] for r in logged if r.get("step") == 20 and "lr" in r) == pytest.approx(3e-3 * 28 / 48)
+    finetune(tmp_path / "init", tmp_path / "stopped", stop_step=21, **args)
+    again = json.loads((tmp_path / "stopped" / "training.json").read_text())
+    assert again["steps"] == 21 and "stopped_at" not in again
+    first, second = load_model(tmp_path / "deadline").state_dict(), load_model(tmp_path / "stopped").state_dict()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    with pytest.raises(GhostifyError, match="--stop-step 0 must be at least 1"):
+        finetune(tmp_path / "init", tmp_path / "bad", stop_step=0, **args)
+
+
 def test_non_finite_loss_stops_with_a_clear_error_and_keeps_the_last_good_state(tmp_path, toy):
     from ghostify.data import padding_collator
     from ghostify.steps.training_common import task_inputs

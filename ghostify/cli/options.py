@@ -43,6 +43,7 @@ def split_names(text: str | None) -> tuple[str, ...] | None:
 MaxSamples = Annotated[int | None, typer.Option("--max-samples", min=1, help="Use a seeded random subset of this many training examples.", show_default=False)]
 Epochs = Annotated[int, typer.Option("--epochs", min=1, help="Passes over the training data.")]
 MaxSteps = Annotated[int | None, typer.Option("--max-steps", min=1, help="Stop after this many optimizer steps in all (the last of --epochs cut short there; default: every epoch whole).", show_default=False)]
+StopStep = Annotated[int | None, typer.Option("--stop-step", min=1, help="End training after this many optimizer steps, the learning-rate schedule still sized by --epochs and --max-steps (where a time budget's deadline stopped a stage: compress records it in budget.json; default: every step).", show_default=False)]
 LearningRate = Annotated[float, typer.Option("--learning-rate", help="Peak learning rate (AdamW, linear decay).")]
 GhostLearningRate = Annotated[float | None, typer.Option("--ghost-learning-rate", help="Peak learning rate of the ghost kernels and scales, same schedule (default: --learning-rate); at the model's rate they barely move in a short run; 100x moves them about 100x further (in benchmarks/studies/ghost-vs-pruned-medium that did not make the ghosts beat the pruned model).", show_default=False)]
 WeightDecay = Annotated[float, typer.Option("--weight-decay", help="AdamW weight decay.")]
@@ -71,7 +72,7 @@ SETTING_OPTIONS: dict[str, Any] = {
     "max_length": MaxLength, "max_samples": MaxSamples,
     "validation_file": Annotated[str | None, typer.Option("--validation-file", help="A .csv, .tsv, .json, .jsonl or .parquet file of validation rows (default: the dataset's validation split; for a single data file as --dataset, 10% of its rows held out).", show_default=False)],
     # TrainSettings
-    "epochs": Epochs, "max_steps": MaxSteps, "batch_size": GlobalBatchSize, "learning_rate": LearningRate,
+    "epochs": Epochs, "max_steps": MaxSteps, "stop_step": StopStep, "batch_size": GlobalBatchSize, "learning_rate": LearningRate,
     "ghost_learning_rate": GhostLearningRate, "weight_decay": WeightDecay,
     "warmup_ratio": WarmupRatio, "max_grad_norm": MaxGradNorm, "gradient_accumulation_steps": GradientAccumulation,
     "mixed_precision": MixedPrecision, "seed": Seed, "checkpoint_steps": CheckpointSteps,

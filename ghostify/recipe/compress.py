@@ -44,6 +44,7 @@ from ..steps.latency_plan import check_reach, plan_structure, predicted_speedup
 from ..steps.throughput import training_throughput
 from ..steps.training_common import task_kind
 from ..tasks import dataset_for
+from ..training.loop import Deadline
 from . import compress_record
 from .compress_record import ALLOCATION
 from .compress_report import (PLOT, REPORT_JSON, REPORT_MD, described, described_count, markdown,
@@ -61,6 +62,7 @@ from .schema import Recipe
 from .time_budget import (
     FINETUNE_SHARE,
     LATER_STAGE_SHARE,
+    MIN_STEPS,
     StageCounts,
     Throughput,
     check_counts,
@@ -196,8 +198,13 @@ class _Run:
         if finetune is not None and settings.seconds is not None and "planned_seconds" in records[-1]:
             finetune = self.finetune_after_distilling(decided, records)
         recipe = self.recipe(decided, finetune=finetune)
-        run_recipe(recipe, self.run_dir, on_stage=_on_stage(self.say))
+        run_recipe(recipe, self.run_dir, on_stage=_on_stage(self.say), deadlines=self.deadlines(records))
         stages = {p.stage.name: p.directory for p in plan(recipe, self.run_dir)}
+        stopped = _stopped(stages.get("final"))
+        if stopped is not None:
+            self.say(f"the last training stage stopped at step {stopped['stopped_at']:,} of its "
+                     f"{stopped['schedule_steps']:,} at the budget's deadline (this machine ran slower than it was "
+                     f"timed); {BUDGET_FILE} records the step, so a re-run from it trains the same bytes")
         final = _measure(dense_model(stages, settings.model), shipped_model(stages, settings.deployment),
                          settings.deployment, settings.rounds,
                          shipped_is_export=target(settings.deployment.runtime).graph is not None,
@@ -217,14 +224,29 @@ class _Run:
             report["stage_count"] = self.stage_count
         report["time"] = self.clock.summary(self.run_dir)
         if settings.chosen.trains and self.clock.seconds is not None:
-            plan_counts = {"distill": [r.get("counts") for r in records], "finetune": records[-1].get("finetune"),
-                           "seconds": self.clock.planned}
+            distill, finetune_counts = [r.get("counts") for r in records], records[-1].get("finetune")
+            if stopped is not None:  # the last training stage (the fine-tune, else the last distillation) ends there
+                if finetune_counts is not None:
+                    finetune_counts = {**finetune_counts, "stop_step": stopped["stopped_at"]}
+                else:
+                    distill[-1] = {**distill[-1], "stop_step": stopped["stopped_at"]}
+            plan_counts = {"distill": distill, "finetune": finetune_counts, "seconds": self.clock.planned}
             write_text_atomically(self.out / BUDGET_FILE, json.dumps(plan_counts, indent=2))
             report["budget_file"] = str(self.out / BUDGET_FILE)
         _write_report(self.out, report)
         self.say(f"measured {final['measured']:.2f}x (target {settings.speedup:g}x) in "
                  f"{settings.deployment.describe()}; wrote {self.out / REPORT_MD}")
         return report
+
+    def deadlines(self, records: list[dict[str, Any]]) -> dict[str, Deadline]:
+        """A time budget's deadline for its last training stage (``final``): the stages before it are followed by
+        plans made again from the time then left, but nothing after the last can absorb the machine running slower
+        than it was timed (this 2-core VM's speed moves by a fifth from minute to minute). None for counts given
+        (a budget.json ends where it says)."""
+        if self.clock.seconds is None or "throughput" not in records[-1]:
+            return {}
+        evaluation = Throughput(**records[-1]["throughput"]).evaluate * self.sizes()["validation"]
+        return {"final": self.clock.deadline(evaluation)}
 
     def finetune_after_distilling(self, decided: list[Step], records: list[dict[str, Any]]) -> StageCounts:
         """The fine-tune's counts for a time budget, planned again once the last distillation has trained: for the
@@ -434,6 +456,14 @@ class _Clock:
                 f"({least.examples(available, per_step):,} examples), and the run ends after its "
                 f"{self.seconds:.0f} s; give a larger --budget or fewer --stages to stay within it")
 
+    def deadline(self, evaluation: float) -> Deadline:
+        """When the last training stage must end for the run to end on time: the budget less what follows it (the
+        evaluation after its last step, ``evaluation`` seconds, and the end the plan reserved: two evaluations of the
+        compressed model, the export, the last timing); never before the fewest steps worth running."""
+        assert self.seconds is not None
+        left = self.seconds - self.elapsed() - evaluation - ending_seconds(2 * evaluation, self.later_overhead())
+        return Deadline(at=time.time() + left, least=MIN_STEPS)
+
     @staticmethod
     def recorded(run_dir: Path) -> dict[str, float]:
         """The wall time of each stage the recipe runner ran in ``run_dir`` (by its directory's name), as recorded:
@@ -450,6 +480,16 @@ class _Clock:
         """What the run spent, and on what (the recipe runner's wall time of each stage)."""
         return {"budget_seconds": self.seconds, "seconds": self.elapsed(), "planned": self.planned,
                 "stages": self.recorded(run_dir)}
+
+
+def _stopped(model_dir: Path | None) -> dict[str, int] | None:
+    """Where a deadline ended the training that wrote ``model_dir`` (``stopped_at``, of ``schedule_steps``), if it
+    did."""
+    path = None if model_dir is None else model_dir / "training.json"
+    if path is None or not path.is_file():
+        return None
+    run = json.loads(path.read_text())
+    return None if run.get("stopped_at") is None else {k: run[k] for k in ("stopped_at", "schedule_steps")}
 
 
 def _resolved(settings: CompressSettings, out: Path, say: Callable[[str], None]) -> tuple[CompressSettings, bool]:

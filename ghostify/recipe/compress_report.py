@@ -271,6 +271,8 @@ def training_summary(recipe: Any, run_dir: Path) -> list[dict[str, Any]]:
                      "examples": (run.get("train") or {}).get("samples"), "epochs": arguments.get("epochs"),
                      "max_steps": arguments.get("max_steps"), "steps": run.get("steps"), "precision": (run.get("settings") or {}).get("mixed_precision", "no"),
                      "teacher_outputs": run.get("teacher_outputs"),
+                     # a time budget's deadline ended it there, the schedule sized for ``schedule_steps``
+                     "stopped_at": run.get("stopped_at"), "schedule_steps": run.get("schedule_steps"),
                      "masked_copies": arguments.get("masked_copies") or 0,
                      # --evaluate-first: the model it started from scored best, and is what the stage wrote
                      "kept_start": bool(run.get("evaluations")) and run.get("best_step") == 0})
@@ -317,8 +319,9 @@ def _training_lines(report: dict[str, Any]) -> list[str]:
                 copies = row["masked_copies"]
                 examples += f" (the texts and {copies} masked cop{'y' if copies == 1 else 'ies'} of each)"
             epochs = f"{row['epochs']}, the last cut" if row.get("max_steps") else row["epochs"]
-            lines.append(f"| {row['stage']} | {examples} | {epochs} | {row['steps']} | {row['precision']} | "
-                         f"{store} |")
+            steps = row["steps"] if row.get("stopped_at") is None else \
+                f"{row['steps']:,} of {row['schedule_steps']:,}: stopped at the budget's deadline"
+            lines.append(f"| {row['stage']} | {examples} | {epochs} | {steps} | {row['precision']} | {store} |")
     timing = report.get("time") or {}
     if timing.get("budget_seconds"):
         spent = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in sorted(timing.get("stages", {}).items(),

@@ -14,6 +14,7 @@ import time
 import uuid
 import warnings
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import yaml
@@ -26,7 +27,7 @@ from ..flatten import pack
 from ..hub import hub_target
 from ..steps import attach_ghost, prune
 from ..steps.info import report_size
-from ..training.loop import partial_dir
+from ..training.loop import Deadline, partial_dir
 from ..training.progress import duration
 from ..training.sharding import on_main_process, start_processes
 from .overrides import apply_overrides
@@ -82,8 +83,10 @@ def run(
     run_dir: str | Path,
     *,
     on_stage: Callable[[PlannedStage, str], None] | None = None,
+    deadlines: Mapping[str, Deadline] | None = None,
 ) -> dict[str, Any]:
-    """Run (or skip) every stage; returns the report."""
+    """Run (or skip) every stage; returns the report. ``deadlines``: when the training stages of these names must
+    end (a time budget's last stage), whatever their settings ask; where one stopped, its ``training.json`` says."""
     run_dir = Path(run_dir)
     stages = plan(recipe, run_dir)
     check_outputs(recipe, run_dir, stages)  # before anything is written
@@ -93,11 +96,12 @@ def run(
             hub_target(planned.arguments["push_to_hub"], revision=planned.arguments.get("revision"), reach=False)
     # one run at a time in a run directory: a second would remove the first's half-written stages as leftovers
     with output_lock(run_dir):
-        return _run_stages(recipe, run_dir, stages, on_stage)
+        return _run_stages(recipe, run_dir, stages, on_stage, deadlines or {})
 
 
 def _run_stages(recipe: Recipe, run_dir: Path, stages: list[PlannedStage],
-                on_stage: Callable[[PlannedStage, str], None] | None) -> dict[str, Any]:
+                on_stage: Callable[[PlannedStage, str], None] | None,
+                deadlines: Mapping[str, Deadline]) -> dict[str, Any]:
     """The stages of :func:`run`, with its run directory locked. Under a multi-process launch
     (``accelerate launch``) every process trains and evaluates; the other stages, and every write of
     the run's own files, are the main process's while the others wait (``on_main_process``), and the main
@@ -123,10 +127,11 @@ def _run_stages(recipe: Recipe, run_dir: Path, stages: list[PlannedStage],
             on_stage(planned, "running")
         started = time.perf_counter()
         try:
+            deadline = deadlines.get(planned.stage.name)
             if _every_process(planned):
-                _execute(planned)
+                _execute(planned, deadline)
             else:
-                on_main_process(lambda: _execute(planned))
+                on_main_process(lambda: _execute(planned, deadline))
         except StageError:
             raise
         except GhostifyError as exc:
@@ -211,9 +216,9 @@ def check_outputs(recipe: Recipe, run_dir: Path, stages: list[PlannedStage]) -> 
             load_config(value)
 
 
-def _execute(planned: PlannedStage) -> None:
+def _execute(planned: PlannedStage, deadline: Deadline | None = None) -> None:
     """Run one stage: its flat settings (``learning_rate: ...``) become the step's settings
-    dataclasses (``training=TrainSettings(...)``)."""
+    dataclasses (``training=TrainSettings(...)``); a training stage's ``deadline`` goes to its loop."""
     command = planned.stage.command
     kwargs = dict(planned.arguments)
     if command.produces == "metrics":
@@ -224,6 +229,8 @@ def _execute(planned: PlannedStage) -> None:
         return
     if command.trains:
         kwargs["resume"] = True  # continue an interrupted stage from OUT.partial
+        if deadline is not None:
+            kwargs["deadline"] = deadline
     command.function(**pack(command.function, {**kwargs, "output": planned.directory, "overwrite": True}))
 
 

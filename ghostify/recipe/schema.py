@@ -38,7 +38,7 @@ from .yaml_source import MAX_BYTES, MAX_VALUES, Location, RecipeSource
 REFERENCE = re.compile(r"\$\{([A-Za-z0-9_.\-]+)\}")
 #: step-function parameters a recipe does not set (the runner does; a hub token is a secret, never in a
 #: recipe, which a run copies beside its outputs: push_to_hub reads HF_TOKEN or the saved login)
-INTERNAL = {"output", "overwrite", "resume", "progress", "on_step", "token"}
+INTERNAL = {"output", "overwrite", "resume", "progress", "on_step", "deadline", "token"}
 #: settings of ``data:`` that every stage accepting them inherits (not ``max_samples``: stages subsample
 #: differently, e.g. augment a few examples and distill on all of their versions)
 DATA_KEYS = ("dataset", "task", "text_columns", "label_column", "metric", "max_length")

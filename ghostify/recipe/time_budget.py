@@ -61,13 +61,15 @@ def parse_duration(text: str) -> float | None:
 @dataclass(frozen=True)
 class StageCounts:
     """One training stage's data: a seeded subset of ``max_samples`` examples (None: all of them), ``epochs``, the
-    last of them cut short at ``max_steps`` optimizer steps in all (None: every epoch whole). ``per_step`` below:
-    the examples one optimizer step covers, :meth:`Throughput.per_step` (a step of 32 rows covers 16 sentence
-    pairs: their two texts are rows of their own)."""
+    last of them cut short at ``max_steps`` optimizer steps in all (None: every epoch whole); training ended at
+    ``stop_step`` by the run's deadline (None: it took every step), the schedule sized by the rest. ``per_step``
+    below: the examples one optimizer step covers, :meth:`Throughput.per_step` (a step of 32 rows covers 16
+    sentence pairs: their two texts are rows of their own)."""
 
     max_samples: int | None
     epochs: int
     max_steps: int | None = None
+    stop_step: int | None = None
 
     def _read(self, available: int) -> int:
         """The examples one epoch reads, of the ``available`` ones."""
@@ -76,24 +78,27 @@ class StageCounts:
     def examples(self, available: int, per_step: float = 32) -> int:
         """The examples the stage trains on, counting every pass (a cut epoch's last step as a whole batch)."""
         read = self._read(available)
-        if self.max_steps is None:
+        steps = min(s for s in (self.max_steps, self.stop_step, math.inf) if s is not None)
+        if steps == math.inf:
             return read * self.epochs
         per_epoch = math.ceil(read / per_step)
-        return min(read * self.epochs,
-                   (self.max_steps // per_epoch) * read + round((self.max_steps % per_epoch) * per_step))
+        return min(read * self.epochs, (steps // per_epoch) * read + round((steps % per_epoch) * per_step))
 
     def describe(self, available: int, per_step: float = 32) -> str:
         """``14,041 x 2 epochs``, ``5,000 x 1 epoch``, ``14,041 x 2 epochs and 147 of 439 steps of one more``."""
         read = self._read(available)
         per_epoch = math.ceil(read / per_step)
+        stopped = "" if self.stop_step is None else f", stopped at step {self.stop_step:,} by the deadline"
         if self.max_steps is None or self.max_steps >= per_epoch * self.epochs:
-            return f"{read:,} x {self.epochs} epoch{'s' if self.epochs > 1 else ''}"
+            return f"{read:,} x {self.epochs} epoch{'s' if self.epochs > 1 else ''}{stopped}"
         whole, part = divmod(self.max_steps, per_epoch)
-        return f"{read:,} x {whole} epoch{'s' if whole != 1 else ''} and {part} of {per_epoch} steps of one more"
+        return (f"{read:,} x {whole} epoch{'s' if whole != 1 else ''} and {part} of {per_epoch} steps of one more"
+                f"{stopped}")
 
     def to_json(self) -> dict[str, Any]:
-        """The stage's settings (``max_steps`` only where an epoch is cut: a budget.json from before reads the same)."""
-        return {k: v for k, v in asdict(self).items() if k != "max_steps" or v is not None}
+        """The stage's settings (``max_steps`` and ``stop_step`` only where set: a budget.json from before reads the
+        same)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("max_steps", "stop_step") or v is not None}
 
 
 @dataclass(frozen=True)
@@ -130,10 +135,11 @@ def _counts(data: Any) -> StageCounts:
         raise ValueError(f"max_samples {samples!r}")
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs {epochs!r}")
-    steps = data.get("max_steps")
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-        raise ValueError(f"max_steps {steps!r}")
-    return StageCounts(samples, epochs, steps)
+    steps = {key: data.get(key) for key in ("max_steps", "stop_step")}
+    for key, value in steps.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{key} {value!r}")
+    return StageCounts(samples, epochs, **steps)
 
 
 def plan_training(seconds: float, *, texts: int, labelled: int, throughput: Throughput, stages: int,
@@ -279,6 +285,6 @@ def _largest(fits, upper: int) -> int:
     return low
 
 
-__all__ = ["FINETUNE_SHARE", "LATER_STAGE_SHARE", "MAX_EPOCHS", "StageCounts", "Throughput", "TrainingPlan",
+__all__ = ["FINETUNE_SHARE", "LATER_STAGE_SHARE", "MAX_EPOCHS", "MIN_STEPS", "StageCounts", "Throughput", "TrainingPlan",
            "check_counts", "distill_counts", "ending_seconds", "fewest", "finetune_counts", "labelled_seen", "parse_duration",
            "plan_training", "stages_worth_it"]

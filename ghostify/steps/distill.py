@@ -20,7 +20,7 @@ from ..seeding import seed_everything
 from ..settings import (DataSettings, DistillDefaults, DistillWeights, StudentSettings, TaskSettings,
                         TeacherStoreSettings, TrainSettings)
 from ..training.layer_map import build_layer_map, kept_layers
-from ..training.loop import TrainResult, partial_dir
+from ..training.loop import Deadline, TrainResult, partial_dir
 from ..training.loop import train as run_training
 from ..training.objectives import DistillObjective
 from ..training.sharding import launched_engine
@@ -53,6 +53,7 @@ def distill(
     resume: bool = False,
     overwrite: bool = False,
     on_step: Callable[[int], None] | None = None,
+    deadline: Deadline | None = None,
 ) -> TrainResult:
     """Distill ``teacher`` into ``student`` on ``data``'s training texts (labels are not used), and on the texts of
     the file ``unlabelled`` when given (``--max-samples`` then draws from both), and on ``masked_copies`` copies of
@@ -131,7 +132,8 @@ def distill(
     return run_training(objective, train_rows, collate, training, output,
                         student_saver(student_model, "distill", arguments, student), evaluation=task.evaluation,
                         identity={**task.identity, "arguments": plain_arguments(arguments)},
-                        resume=resume, overwrite=overwrite, on_step=on_step, describe="distill")
+                        resume=resume, overwrite=overwrite, on_step=on_step, describe="distill",
+                        deadline=deadline)
 
 
 def _depth(model) -> int:

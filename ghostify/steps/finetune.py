@@ -14,7 +14,7 @@ from ..flatten import checks_arguments, flat_settings
 from ..seeding import seed_everything
 from ..settings import (DataSettings, FinetuneWeights, StudentSettings, TaskSettings, TeacherStoreSettings,
                         TrainSettings)
-from ..training.loop import TrainResult, partial_dir
+from ..training.loop import Deadline, TrainResult, partial_dir
 from ..training.loop import train as run_training
 from ..training.objectives import FinetuneObjective
 from .common import check_max_length, check_same_tokenizer
@@ -37,6 +37,7 @@ def finetune(
     resume: bool = False,
     overwrite: bool = False,
     on_step: Callable[[int], None] | None = None,
+    deadline: Deadline | None = None,
 ) -> TrainResult:
     """Fine-tune ``model`` on ``data``'s task: cross-entropy (MSE for regression), evaluating on the
     validation split after every epoch and keeping the best checkpoint. With a ``teacher``, its
@@ -85,7 +86,8 @@ def finetune(
                         student_saver(trained, "finetune", arguments, model), evaluation=task.evaluation,
                         identity={**task.identity, "model": str(model), "teacher": str(teacher),
                                   "arguments": plain_arguments(arguments)},
-                        resume=resume, overwrite=overwrite, on_step=on_step, describe="finetune")
+                        resume=resume, overwrite=overwrite, on_step=on_step, describe="finetune",
+                        deadline=deadline)
 
 
 def check_arguments(*, training: TrainSettings = TrainSettings(), losses: FinetuneWeights = FinetuneWeights(),

@@ -56,6 +56,8 @@ class Progress:
     running: list[float] = field(default_factory=list)  # losses since the last logged mean
     #: each finished epoch's training time, wall clock and this process's CPU (evaluation left out)
     epoch_seconds: list[dict[str, float]] = field(default_factory=list)
+    #: the step a deadline ended training at (None: it ran every step it was given)
+    stopped_at: int | None = None
 
     @classmethod
     def load(cls, path: Path) -> "Progress":
@@ -66,13 +68,31 @@ class Progress:
             progress = cls(**data)
         except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError) as exc:
             raise damaged_state(path, f"cannot be read ({type(exc).__name__}: {exc})") from None
-        counts = (progress.step, progress.epoch, progress.batch_in_epoch, *[v for v in (progress.best_step,
-                                                                                      progress.logged) if v is not None])
+        counts = (progress.step, progress.epoch, progress.batch_in_epoch,
+                  *[v for v in (progress.best_step, progress.logged, progress.stopped_at) if v is not None])
         if not (all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts)
                 and (progress.best is None or isinstance(progress.best, (int, float)))
                 and isinstance(progress.history, list) and isinstance(progress.running, list)):
             raise damaged_state(path, f"holds {json.dumps(data)[:200]}, not the progress of a saved state")
         return progress
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When training must end whatever its settings ask: at the first optimizer step past ``at`` (``time.time()``,
+    one clock for every process of a launch), once ``least`` steps are taken (fewer are not worth running). A time
+    budget's last stage has one: nothing after it can absorb the machine running slower than it was timed. Where it
+    stops is recorded (``training.json``'s ``stopped_at``); ``stop_step`` there trains the same bytes again."""
+
+    at: float
+    least: int = 1
+
+    def passed(self, step: int, accelerator) -> bool:
+        """Whether training ends after ``step``: decided on every process at once (the first process past the time
+        decides for all, so none waits for a step the others do not take)."""
+        if step >= self.least and time.time() >= self.at:
+            accelerator.set_trigger()
+        return accelerator.check_trigger()
 
 
 def damaged_state(path: Path, why: str) -> GhostifyError:
@@ -213,6 +233,7 @@ def train(
     on_step: Callable[[int], None] | None = None,
     describe: str = "training",
     quiet: bool = False,
+    deadline: Deadline | None = None,
 ) -> TrainResult:
     """Train ``objective`` on ``train_rows`` and write the best (or last) student to ``output``.
 
@@ -222,7 +243,8 @@ def train(
     ``identity`` describes the inputs (models, data) so that ``resume`` refuses a different run.
     Under an FSDP2 or DeepSpeed launch config the student, its gradients and optimizer state, and the
     teacher are sharded over the processes (:mod:`ghostify.training.sharding`). ``quiet``: no progress shown
-    (the few steps that time this machine, :mod:`ghostify.steps.throughput`).
+    (the few steps that time this machine, :mod:`ghostify.steps.throughput`). ``deadline``: end at the first step
+    past a time (:class:`Deadline`), evaluated and saved as a whole epoch is; ``settings.stop_step`` ends at a step.
     """
     # deferred: accelerate and transformers' schedules take seconds to import, paid only when training
     from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, set_seed
@@ -311,6 +333,8 @@ def train(
             total_steps = min(total_steps, settings.max_steps)
         scheduler = get_linear_schedule_with_warmup(optimizer, int(settings.warmup_ratio * total_steps), total_steps)
         accelerator.register_for_checkpointing(scheduler)
+        # --stop-step (and a deadline) end training before the schedule does: its rate is where the schedule has it
+        last_step = total_steps if settings.stop_step is None else min(total_steps, settings.stop_step)
 
         progress = Progress()
         if resuming:
@@ -373,7 +397,7 @@ def train(
             evaluate(0)
         running = progress.running  # saved with the state: a resumed run logs the same means
         for epoch in range(progress.epoch, settings.epochs):
-            if progress.step >= total_steps:  # --max-steps reached in an earlier epoch
+            if progress.step >= last_step or progress.stopped_at is not None:  # ended in an earlier epoch
                 break
             epoch_wall, epoch_cpu = time.perf_counter(), time.process_time()
             train_loader.set_epoch(epoch)
@@ -409,8 +433,11 @@ def train(
                     save_state()
                 if on_step is not None:
                     on_step(progress.step)
-                if progress.step >= total_steps:
-                    break  # --max-steps: the epoch ends here, evaluated and saved as a whole one is
+                if progress.step >= last_step:
+                    break  # --max-steps or --stop-step: the epoch ends here, evaluated and saved as a whole one is
+                if deadline is not None and deadline.passed(progress.step, accelerator):
+                    progress.stopped_at = progress.step  # and so does the deadline's
+                    break
             progress.epoch = epoch + 1
             # a resumed epoch counts from the resume: its time is then the part this process trained
             progress.epoch_seconds.append({"epoch": epoch + 1, "wall": round(time.perf_counter() - epoch_wall, 3),
@@ -447,6 +474,8 @@ def train(
                 (tmp / "training.json").write_text(json.dumps(
                     {"steps": progress.step, "best": progress.best, "best_step": progress.best_step,
                      "epoch_seconds": progress.epoch_seconds,
+                     **({"stopped_at": progress.stopped_at, "schedule_steps": total_steps}
+                        if progress.stopped_at is not None else {}),
                      "evaluations": progress.history, "learning_rates": rates, "processes": world,
                      "engine": sharding.name,
                      **({"constant_baseline": baseline} if baseline is not None else {}),
