@@ -11,7 +11,8 @@ starts a process that keeps one core busy the moment the last training stage sta
 directory appears) and stops it when that stage is written: the machine slowed after the plan, and only then.
 ``--code DIR`` runs another checkout (``PYTHONPATH=DIR``; e.g. a worktree of the commit before the deadline).
 Every finished run is a row of ``WORK/deadline.jsonl`` (a label runs once); the markdown table of every row goes
-to ``--output``.
+to ``--output``, between its ``<!-- table -->`` and ``<!-- end table -->`` lines where it has them (the reading
+written below the table stays).
 
     python benchmarks/time_budget_deadline.py --work /work/runs/deadline --label quiet
     python benchmarks/time_budget_deadline.py --work /work/runs/deadline --label slowed --slow-last-stage
@@ -116,7 +117,7 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "seconds": timing["seconds"], "wall": wall, "planned": timing.get("planned", {}),
             "slowed_seconds": getattr(load, "seconds", None), **_final_training(out), "metric": metric,
             "shipped": shipped.get(metric), "measured": report.get("measured_speedup"),
-            "machine": machine_line(info), "command": " ".join(command[1:])}
+            "machine": f"{machine_line(info)}; CPU flags {cpu_flags()}", "command": " ".join(command[1:])}
 
 
 class _Nothing:
@@ -125,6 +126,33 @@ class _Nothing:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+TABLE_START, TABLE_END = "<!-- table -->", "<!-- end table -->"
+
+
+def cpu_flags() -> str:
+    """The CPU's fast-arithmetic flags (the same model name covers AVX2-only and AVX-512 machines here)."""
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return "unknown"
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
+    return ", ".join(f for f in wanted if f in flags.split()) or "none of avx2/avx512"
+
+
+def write_output(path: Path, rows: list[dict[str, Any]]) -> None:
+    """The table of ``rows`` in ``path``, between its markers where it has them (the rest of the file kept)."""
+    block = f"{TABLE_START}\n{table(rows)}{TABLE_END}\n"
+    text = path.read_text() if path.is_file() else ""
+    if TABLE_START in text and TABLE_END in text:
+        head, rest = text.split(TABLE_START, 1)
+        block = head + block + rest.split(TABLE_END, 1)[1].lstrip("\n")
+    elif text:
+        block = text.rstrip("\n") + "\n\n" + block
+    else:
+        block = "# A time budget's deadline for its last training stage (issue 46)\n\n" + block
+    path.write_text(block)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -140,8 +168,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                      f"{r['seconds']:.0f} s of {r['budget_seconds']:.0f} ({off:+.1f}%)",
                      f"{r['metric']} {r['shipped']:.3f}" if r.get("shipped") is not None else "-",
                      f"{r['measured']:.2f}x" if r.get("measured") else "-"])
-    lines = ["# A time budget's deadline for its last training stage (issue 46)", "",
-             "`python benchmarks/time_budget_deadline.py` (its docstring says what each run is). One run at a time.",
+    lines = ["`python benchmarks/time_budget_deadline.py` (its docstring says what each run is). One run at a time.",
              "", markdown_table(headers, body), ""]
     lines += [f"- {r['label']}: `{r['command']}`; {r['machine']}" for r in rows]
     return "\n".join(lines) + "\n"
@@ -163,7 +190,7 @@ def main() -> None:
     if args.label not in {r["label"] for r in read_rows(rows_file)}:
         append_row(rows_file, run_once(args, work))
     if args.output:
-        Path(args.output).write_text(table(read_rows(rows_file)))
+        write_output(Path(args.output), read_rows(rows_file))
 
 
 if __name__ == "__main__":
