@@ -88,8 +88,10 @@ def test_time_that_whole_epochs_leave_goes_to_part_of_one_more():
     # one a deadline stopped at step 150 (2 epochs of 63 and 24 steps) trained 2 x 2,000 + 24 x 32 examples
     stopped = dataclasses.replace(plan.finetune, stop_step=150)
     assert stopped.examples(2000) == 2 * 2000 + 24 * 32
-    assert stopped.describe(2000) == "2,000 x 3 epochs and 31 of 63 steps of one more, stopped at step 150 by the deadline"
-    assert TrainingPlan.from_json(dataclasses.replace(plan, finetune=stopped).to_json(), "budget.json").finetune == stopped
+    assert stopped.describe(2000) == \
+        "2,000 x 3 epochs and 31 of 63 steps of one more, stopped at step 150 by the deadline"
+    written = dataclasses.replace(plan, finetune=stopped).to_json()
+    assert TrainingPlan.from_json(written, "budget.json").finetune == stopped
 
 
 def test_too_little_time_for_a_stage_is_one_line():

@@ -72,7 +72,8 @@ SETTING_OPTIONS: dict[str, Any] = {
     "max_length": MaxLength, "max_samples": MaxSamples,
     "validation_file": Annotated[str | None, typer.Option("--validation-file", help="A .csv, .tsv, .json, .jsonl or .parquet file of validation rows (default: the dataset's validation split; for a single data file as --dataset, 10% of its rows held out).", show_default=False)],
     # TrainSettings
-    "epochs": Epochs, "max_steps": MaxSteps, "stop_step": StopStep, "batch_size": GlobalBatchSize, "learning_rate": LearningRate,
+    "epochs": Epochs, "max_steps": MaxSteps, "stop_step": StopStep, "batch_size": GlobalBatchSize,
+    "learning_rate": LearningRate,
     "ghost_learning_rate": GhostLearningRate, "weight_decay": WeightDecay,
     "warmup_ratio": WarmupRatio, "max_grad_norm": MaxGradNorm, "gradient_accumulation_steps": GradientAccumulation,
     "mixed_precision": MixedPrecision, "seed": Seed, "checkpoint_steps": CheckpointSteps,

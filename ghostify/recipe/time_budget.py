@@ -285,6 +285,7 @@ def _largest(fits, upper: int) -> int:
     return low
 
 
-__all__ = ["FINETUNE_SHARE", "LATER_STAGE_SHARE", "MAX_EPOCHS", "MIN_STEPS", "StageCounts", "Throughput", "TrainingPlan",
+__all__ = ["FINETUNE_SHARE", "LATER_STAGE_SHARE", "MAX_EPOCHS", "MIN_STEPS", "StageCounts", "Throughput",
+           "TrainingPlan",
            "check_counts", "distill_counts", "ending_seconds", "fewest", "finetune_counts", "labelled_seen", "parse_duration",
            "plan_training", "stages_worth_it"]
