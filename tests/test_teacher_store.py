@@ -239,6 +239,58 @@ def test_a_resumed_run_with_a_store_equals_an_uninterrupted_one(tmp_path, pair, 
     assert _same(_weights(tmp_path / "whole"), _weights(tmp_path / "resumed"))
 
 
+#: a process killed the moment its first training state is saved (``os._exit``: no ``finally`` runs, as under
+#: SIGKILL)
+_KILLED_AFTER_SAVING = """
+import json, os, sys
+import torch
+from ghostify.steps import distill
+from ghostify.training import loop
+
+real = loop._save_state
+
+
+def save_then_die(*args, **kwargs):
+    real(*args, **kwargs)
+    os._exit(3)
+
+
+loop._save_state = save_then_die
+teacher, student, out, settings, threads = sys.argv[1:]
+torch.set_num_threads(int(threads))  # the test's own: the resumed steps must compute as the uninterrupted ones
+distill(teacher, student, out, **json.loads(settings))
+"""
+
+
+def test_a_saved_state_never_counts_steps_whose_teacher_outputs_are_not_durable(tmp_path, pair, toy):
+    """Killed the moment a state is saved (here: the first, at step 4 of 16 rows each), the store's index already
+    holds every row those steps read: the store is flushed before the state is written. In the other order a kill
+    between the two lost the rows; the resumed run computed them again inside other batches, padded to other
+    lengths, where a value can round to another float16 (a killed run's resume differed once in CI)."""
+    import subprocess
+    import sys
+
+    from ghostify.steps import distill
+
+    teacher, student = pair
+    common = dict(dataset=str(toy), **TOY, **TRAIN, checkpoint_steps=4)
+    killed = subprocess.run([sys.executable, "-c", _KILLED_AFTER_SAVING, str(teacher), str(student),
+                             str(tmp_path / "resumed"), json.dumps(common), str(torch.get_num_threads())],
+                            capture_output=True, text=True)
+    assert killed.returncode == 3, killed.stderr[-2000:]
+    state = json.loads((tmp_path / "resumed.partial" / "state" / "progress.json").read_text())
+    assert state["step"] == 4
+    store = TeacherStore(tmp_path / "resumed.partial" / "teacher-outputs", teacher, 2**30)
+    store.open(tmp_path)
+    try:
+        assert store.columns and min(len(c.offsets) for c in store.columns.values()) >= 4 * 16
+    finally:
+        store.close()
+    distill(teacher, student, tmp_path / "resumed", resume=True, **common)
+    distill(teacher, student, tmp_path / "whole", **common)
+    assert _same(_weights(tmp_path / "whole"), _weights(tmp_path / "resumed"))
+
+
 def test_bad_store_settings_are_one_line(tmp_path, pair, toy):
     from ghostify.steps import distill
 
