@@ -23,6 +23,7 @@ written below the table stays).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -102,7 +103,7 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(code)}
     info = machine_info()
     started = time.monotonic()
-    with _LastStageLoad(out / "stages") if args.slow_last_stage else _Nothing() as load:
+    with _LastStageLoad(out / "stages") if args.slow_last_stage else contextlib.nullcontext() as load:
         result = subprocess.run(command, env=env, cwd=code, capture_output=True, text=True)
     wall = time.monotonic() - started
     finish_info(info)
@@ -118,14 +119,6 @@ def run_once(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "slowed_seconds": getattr(load, "seconds", None), **_final_training(out), "metric": metric,
             "shipped": shipped.get(metric), "measured": report.get("measured_speedup"),
             "machine": f"{machine_line(info)}; CPU flags {cpu_flags()}", "command": " ".join(command[1:])}
-
-
-class _Nothing:
-    def __enter__(self) -> _Nothing:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 TABLE_START, TABLE_END = "<!-- table -->", "<!-- end table -->"
@@ -147,7 +140,8 @@ def write_output(path: Path, rows: list[dict[str, Any]]) -> None:
     text = path.read_text() if path.is_file() else ""
     if TABLE_START in text and TABLE_END in text:
         head, rest = text.split(TABLE_START, 1)
-        block = head + block + rest.split(TABLE_END, 1)[1].lstrip("\n")
+        after = rest.split(TABLE_END, 1)[1].lstrip("\n")
+        block = head + block + ("\n" + after if after else "")
     elif text:
         block = text.rstrip("\n") + "\n\n" + block
     else:

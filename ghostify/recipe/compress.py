@@ -200,7 +200,9 @@ class _Run:
         recipe = self.recipe(decided, finetune=finetune)
         run_recipe(recipe, self.run_dir, on_stage=_on_stage(self.say), deadlines=self.deadlines(records))
         stages = {p.stage.name: p.directory for p in plan(recipe, self.run_dir)}
-        stopped = _stopped(stages.get("final"))
+        training = training_summary(recipe, self.run_dir)
+        # where a deadline ended the last training stage, if it did
+        stopped = next((row for row in training if row["stage"] == "final" and row["stopped_at"] is not None), None)
         if stopped is not None:
             self.say(f"the last training stage stopped at step {stopped['stopped_at']:,} of its "
                      f"{stopped['schedule_steps']:,} at the budget's deadline (this machine ran slower than it was "
@@ -216,7 +218,7 @@ class _Run:
                                          "measured": next((a["measured"] for a in r["attempts"] if a.get("kept")),
                                                           r["attempts"][-1]["measured"]),
                                          "counts": r.get("counts")} for k, r in enumerate(records, 1)]
-        report["training"] = training_summary(self.recipe(decided, finetune=finetune), self.run_dir)
+        report["training"] = training
         report["runtime_asked"] = self.runtime_asked
         report["precision"] = settings.precision
         report["dropout"] = settings.chosen.dropout
@@ -480,16 +482,6 @@ class _Clock:
         """What the run spent, and on what (the recipe runner's wall time of each stage)."""
         return {"budget_seconds": self.seconds, "seconds": self.elapsed(), "planned": self.planned,
                 "stages": self.recorded(run_dir)}
-
-
-def _stopped(model_dir: Path | None) -> dict[str, int] | None:
-    """Where a deadline ended the training that wrote ``model_dir`` (``stopped_at``, of ``schedule_steps``), if it
-    did."""
-    path = None if model_dir is None else model_dir / "training.json"
-    if path is None or not path.is_file():
-        return None
-    run = json.loads(path.read_text())
-    return None if run.get("stopped_at") is None else {k: run[k] for k in ("stopped_at", "schedule_steps")}
 
 
 def _resolved(settings: CompressSettings, out: Path, say: Callable[[str], None]) -> tuple[CompressSettings, bool]:

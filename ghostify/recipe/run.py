@@ -13,8 +13,8 @@ import tempfile
 import time
 import uuid
 import warnings
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Callable
 
 import yaml
