@@ -43,6 +43,7 @@ def machine_info() -> dict[str, Any]:
 
     return {
         "cpu": cpu_model(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "logical_cpus": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
@@ -59,6 +60,8 @@ def machine_line(info: dict[str, Any], *, load: bool = True) -> str:
         f"{info['cpu']}, {info['logical_cpus']} logical CPUs, torch {info['torch']} "
         f"({info['torch_threads']} thread{'' if info['torch_threads'] == 1 else 's'}), transformers {info['transformers']}, {info['date']}"
     )
+    if info.get("gpu"):
+        line = f"{info['gpu']} (training), {line}"
     if not load:
         return line
     line += f", 1-min load average at start {info['load_average_at_start'][0]:.2f}"

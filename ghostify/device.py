@@ -38,6 +38,13 @@ def fast_bf16() -> bool:
     return any(flag in cpu_flags() for flag in BF16_FLAGS)
 
 
+def training_device_name() -> str:
+    """What :func:`default_device` is, for reports: the GPU's name, else the CPU's."""
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(0)} (CUDA)"
+    return cpu_name() or "the CPU"
+
+
 def cpu_name() -> str:
     """The CPU's model name, for reports (empty where Linux does not say)."""
     try:

@@ -145,6 +145,12 @@ def test_a_time_budget_writes_its_counts_and_they_train_the_same_bytes_again(wor
         arguments = config["ghostify"]["history"][-1]["arguments"]
         assert arguments["dropout"] == arguments["attention_dropout"] == 0.0, stage
     assert "The student trained without dropout" in (timed / "report.md").read_text()
+    # where it trained (the GPU's name on a GPU machine), in the precision it trained in
+    from ghostify.device import training_device_name
+
+    assert report["trained_on"] == training_device_name() != ""
+    precision = "in float32." if report["precision"] == "no" else f"in {report['precision']} mixed precision."
+    assert f"Training ran on {report['trained_on']}, {precision}" in (timed / "report.md").read_text()
     # its labelled fine-tune competes with the distilled student it starts from (evaluated first, at step 0)
     final = next((timed / "stages").glob("*-final"))
     assert json.loads((final / "config.json").read_text())["ghostify"]["history"][-1]["arguments"]["evaluate_first"]

@@ -155,3 +155,27 @@ def test_a_session_without_threads_computes_on_torchs_count(tmp_path):
             assert options.intra_op_num_threads == expected
     finally:
         torch.set_num_threads(previous)
+
+
+@pytest.mark.parametrize("name", ["onnx", "openvino"])
+def test_a_quantiser_that_fails_says_so_in_one_line_with_its_versions_and_the_fp32_way(tmp_path, name):
+    """A graph the quantiser cannot read (as onnxruntime 1.30's shape inference could not read torch 2.11's graphs on a
+    GPU machine's image) is one line naming the versions and the fp32 runtime that works, not the quantiser's
+    traceback or advice that fits `export` alone."""
+    from ghostify.errors import GhostifyError
+    from ghostify.runtimes import onnx as onnx_runtime
+    from ghostify.runtimes import openvino as openvino_runtime
+
+    pytest.importorskip("nncf" if name == "openvino" else "onnxruntime")
+    source = tmp_path / ("model.onnx" if name == "onnx" else "model.xml")
+    source.write_bytes(b"not a graph")
+    with pytest.raises(GhostifyError) as raised:
+        if name == "onnx":
+            onnx_runtime.quantize_int8(source, tmp_path / "model.int8.onnx")
+        else:
+            openvino_runtime.quantize(source, tmp_path / "int8.xml", calibration=[{"input_ids": [[1]]}])
+    message = str(raised.value)
+    assert "\n" not in message and f"--runtime {name}" in message and "export without --quantize" in message
+    versions = {"onnx": ("(onnxruntime ", ", onnx ", ", torch "), "openvino": ("(openvino ", ", nncf ")}[name]
+    assert all(version in message for version in versions), message
+    assert not (tmp_path / "model.int8.onnx").exists() and not (tmp_path / "model.int8.prep.onnx").exists()

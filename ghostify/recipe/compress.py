@@ -31,6 +31,7 @@ from typing import Any
 
 from ..checkpoint import load_config
 from ..data import load_split, load_unlabelled
+from ..device import training_device_name
 from ..errors import GhostifyError
 from ..files import check_disjoint, output_lock, write_text_atomically
 from ..flatten import flat_settings
@@ -221,6 +222,7 @@ class _Run:
         report["training"] = training
         report["runtime_asked"] = self.runtime_asked
         report["precision"] = settings.precision
+        report["trained_on"] = training_device_name() if settings.chosen.trains else None
         report["dropout"] = settings.chosen.dropout
         if self.stage_count is not None:
             report["stage_count"] = self.stage_count

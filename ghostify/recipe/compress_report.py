@@ -333,8 +333,10 @@ def _training_lines(report: dict[str, Any]) -> list[str]:
         lines += ["", f"Time: {seconds / 60:.1f} min of a {timing['budget_seconds'] / 60:.0f}-minute budget "
                       f"(after the teacher existed); the longest stages: {spent}. The counts it chose are in "
                       f"`{report.get('budget_file', 'budget.json')}`: `--budget` that file trains with them again."]
-    if report.get("precision") and report["precision"] != "no":
-        lines += ["", f"Training ran in {report['precision']} mixed precision (this machine has it in hardware)."]
+    if report.get("trained_on"):
+        precision = report.get("precision") or "no"
+        lines += ["", f"Training ran on {report['trained_on']}, " + ("in float32." if precision == "no" else
+                                                                       f"in {precision} mixed precision.")]
     for row in rows:
         if row.get("kept_start"):
             lines += ["", f"No epoch of {row['stage']} beat the student it started from on the validation split: that "

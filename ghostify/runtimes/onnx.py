@@ -59,10 +59,20 @@ def quantize_int8(source: Path, target: Path, *, calibration: Sequence[Mapping[s
             quantize_dynamic(str(prepared), str(target), weight_type=QuantType.QInt8,
                              nodes_to_exclude=[*_grouped_convolutions(prepared), *keep])
     except Exception as exc:  # ONNX Runtime's tools raise anything; say where it happened
-        raise GhostifyError(f"ONNX Runtime int8 quantisation failed: {first_line(exc, 300)}; the fp32 export is fine "
-                            "(drop --quantize)") from exc
+        raise GhostifyError(f"ONNX Runtime int8 quantisation failed ({_quantiser_versions()}): "
+                            f"{first_line(exc, 300)}; the fp32 graph is fine: export without --quantize, or time and "
+                            "ship with --runtime onnx") from exc
     finally:
         prepared.unlink(missing_ok=True)
+
+
+def _quantiser_versions() -> str:
+    """The versions a quantisation failure depends on (one such stack: torch 2.11's graphs in onnxruntime 1.30's
+    quantiser fail its shape inference, where torch 2.13's in onnxruntime 1.32 quantise)."""
+    import onnx
+    import torch
+
+    return ", ".join([*_versions(True), f"onnx {onnx.__version__}", f"torch {torch.__version__}"])
 
 
 def _grouped_convolutions(path: Path) -> list[str]:

@@ -75,8 +75,9 @@ def quantize(source: Path, target: Path, *, calibration: Sequence[Mapping[str, A
     except GhostifyError:
         raise
     except Exception as exc:  # NNCF raises anything; say where it happened
-        raise GhostifyError(f"NNCF int8 quantisation failed: {first_line(exc, 300)}; the fp32 export is fine "
-                            "(drop --quantize)") from exc
+        raise GhostifyError(f"NNCF int8 quantisation failed ({', '.join(_versions(True))}): {first_line(exc, 300)}; "
+                            "the fp32 graph is fine: export without --quantize, or time and ship with --runtime "
+                            "openvino") from exc
 
 
 def kept_operations(model: Any, keep: Mapping[str, Sequence[str]]) -> list[str]:

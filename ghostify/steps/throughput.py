@@ -107,8 +107,11 @@ def training_throughput(student: str | os.PathLike, teacher: str | os.PathLike, 
             finetune_seconds, = _epochs(finetune, rows, collate, replace(settings, epochs=1), Path(tmp) / "finetune")
     batches = [collate([rows[i] for i in range(start, min(start + PROBE_BATCH, len(rows)))])
                for start in range(0, len(rows), PROBE_BATCH)]
-    with _autocast(precision):
-        evaluate = _timed(_evaluator(student_model, kind), batches[:1], batches[1:] or batches[:1])
+    # the training loop left the student where Accelerate put it (a GPU, where there is one): its batches go there
+    device = next(student_model.parameters()).device
+    batches = [{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()} for batch in batches]
+    with _autocast(precision, device):
+        evaluate = _timed(_evaluator(student_model, kind), batches[:1], batches[1:] or batches[:1], device)
     evaluated = sum(int(b["input_ids"].shape[0]) for b in batches[1:] or batches[:1]) * samples / len(rows)
     return Throughput(teacher=max(0.0, first - again) / samples, distill=again / samples,
                       finetune=(finetune_seconds if finetune_seconds is not None else again) / samples,
@@ -137,19 +140,26 @@ def _evaluator(model: torch.nn.Module, kind: Any) -> Callable[[dict], None]:
     return step
 
 
-def _timed(step: Callable[[dict], None], warm: list[dict], timed: list[dict]) -> float:
+def _timed(step: Callable[[dict], None], warm: list[dict], timed: list[dict], device: torch.device) -> float:
     for batch in warm:
         step(batch)
+    _synchronize(device)
     start = time.perf_counter()
     for batch in timed:
         step(batch)
+    _synchronize(device)  # a GPU runs the steps after they were queued: the clock waits for them
     return time.perf_counter() - start
 
 
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 @contextlib.contextmanager
-def _autocast(precision: str) -> Iterator[None]:
+def _autocast(precision: str, device: torch.device) -> Iterator[None]:
     if precision == "bf16":
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(device.type, dtype=torch.bfloat16):
             yield
     else:
         yield
