@@ -33,6 +33,9 @@ Arms (``--arms``):
   ``argmax-f1`` row is the ``all`` arm of d39745f, relabelled.
 * ``none-1`` to ``none-4``: ``--budget none`` (no training: scores, pruning and mask tuning) in that many stages.
 
+The report pairs every arm with ``today`` over the seeds both ran (``--seeds 0,1,2``): the mean difference of the
+shipped score and its Student-t 95% interval.
+
 Every finished run is a row of ``WORK/budget_curve.jsonl`` (skipped when the script runs again); an interrupted
 compress resumes its stages.
 
@@ -46,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -214,6 +218,40 @@ def _score(row: dict[str, Any], name: str) -> str:
     return f"{points * value:.1f}{kept} @{row['measured_speedup']:.2f}x, {row['seconds'] / 60:.1f} min{extra}"
 
 
+def _paired(name: str, rows: list[dict[str, Any]]) -> list[str]:
+    """Each arm against ``today`` over the seeds both ran (at one target and budget each): the mean difference of
+    the shipped score in points with its Student-t 95% interval, and the mean speed-ups; where two seeds or more
+    pair up."""
+    spec = rf.TASKS[name]
+
+    def score(row: dict[str, Any]) -> float:
+        return spec.points * (row.get("shipped_metrics") or row["metrics"])[spec.metric]
+
+    lines = []
+    for (target, budget), today in _by_seed((r for r in rows if r["arm"] == "today"), "target", "budget").items():
+        others = (r for r in rows if r["target"] == target and r["arm"] != "today")
+        for (arm, arm_budget), other in _by_seed(others, "arm", "budget").items():
+            seeds = sorted(set(today) & set(other))
+            if len(seeds) < 2:
+                continue
+            diffs = [score(other[s]) - score(today[s]) for s in seeds]
+            mean, low, high = rf.t_interval(diffs)
+            speed = [statistics.fmean(rows_[s]["measured_speedup"] for s in seeds) for rows_ in (other, today)]
+            lines.append(f"- {target:g}x, {arm} ({arm_budget}) against today ({budget}), seeds "
+                         f"{', '.join(map(str, seeds))}: {mean:+.1f} points (95% interval {low:+.1f} to {high:+.1f}; "
+                         f"per seed {', '.join(f'{d:+.1f}' for d in diffs)}), at {speed[0]:.2f}x against {speed[1]:.2f}x")
+    return ["Paired over seeds (the same seed in both arms; Student-t interval of the differences):", "", *lines, ""] \
+        if lines else []
+
+
+def _by_seed(rows, *keys: str) -> dict[tuple[Any, ...], dict[int, dict[str, Any]]]:
+    """Rows grouped by their values of ``keys``, then by seed."""
+    groups: dict[tuple[Any, ...], dict[int, dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in keys), {})[r["seed"]] = r
+    return groups
+
+
 def write_report(args, rows: list[dict[str, Any]]) -> None:
     done = [r for r in rows if "arm" in r]
     if not done:
@@ -232,6 +270,7 @@ def write_report(args, rows: list[dict[str, Any]]) -> None:
                         key=lambda r: (r["target"], _arm_order(r["arm"]), r["budget"], r["seed"])):
             lines.append(f"| {r['target']:g}x | {r['arm']} | {r['budget']} | {r['seed']} | {_score(r, name)} |")
         lines.append("")
+        lines += _paired(name, [r for r in done if r["task"] == name and "failed" not in r])
     machines = {common.machine_line(r["machine"], load=False) for r in done if "machine" in r}  # loads: below
     loads = [x for r in done for x in (r.get("load_start") or [])[:1] + (r.get("load_end") or [])[:1]]
     lines += ["Machine: " + "; ".join(sorted(machines)),

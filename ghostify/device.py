@@ -40,8 +40,9 @@ def fast_bf16() -> bool:
 
 def training_device_name() -> str:
     """What :func:`default_device` is, for reports: the GPU's name, else the CPU's."""
-    if torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name(0)} (CUDA)"
+    device = default_device()
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)} (CUDA)"
     return cpu_name() or "the CPU"
 
 

@@ -121,13 +121,43 @@ def test_a_partly_stored_batch_computes_only_its_missing_rows(tmp_path):
 
 
 def test_the_cap_keeps_what_fits_and_the_rest_is_computed(tmp_path):
-    store = TeacherStore(tmp_path, "t", cap_bytes=8).open(tmp_path)  # two rows of two float16 logits
-    fields = [Field("output.logits", False)]
+    # two rows of two float16 values (the cap less its reserve for the head's outputs, which these are not)
+    store = TeacherStore(tmp_path, "t", cap_bytes=9).open(tmp_path)
+    fields = [Field("hidden.0", False)]
     mask = torch.ones(3, 2, dtype=torch.long)
-    store.fetch(torch.tensor([1, 2, 3]), mask, fields, lambda rows: {"output.logits": torch.ones(len(rows), 2)})
+    store.fetch(torch.tensor([1, 2, 3]), mask, fields, lambda rows: {"hidden.0": torch.ones(len(rows), 2)})
     assert store.stored == 2 and store.bytes == 8
-    store.fetch(torch.tensor([1, 2, 3]), mask, fields, lambda rows: {"output.logits": torch.ones(len(rows), 2)})
+    store.fetch(torch.tensor([1, 2, 3]), mask, fields, lambda rows: {"hidden.0": torch.ones(len(rows), 2)})
     assert store.reused == 2 and store.computed == 4
+
+
+def test_past_the_cap_for_hidden_states_a_row_keeps_its_heads_outputs_for_the_fine_tune(tmp_path):
+    from ghostify.training.teacher_store import HEAD_RESERVE
+
+    # a row: 2 tokens x 4 float16 of hidden state (16 bytes) and 2 float16 logits (4 bytes); the cap holds two
+    # whole rows (40 bytes) in the part that is not the head's reserve, and 64 rows' logits in its reserve
+    cap = 1024
+    hidden_room = int(cap * (1 - HEAD_RESERVE))
+    store = TeacherStore(tmp_path, "t", cap_bytes=cap).open(tmp_path)
+    mask = torch.ones(1, 2, dtype=torch.long)
+    fields = [Field("hidden.1", True), Field("output.logits", False, head=True)]
+    keys = list(range(1, 81))
+    for key in keys:
+        store.fetch(torch.tensor([key]), mask, fields, lambda rows, key=key: {
+            "hidden.1": torch.full((len(rows), 2, 4), float(key)), "output.logits": torch.full((len(rows), 2), -key)})
+    whole = hidden_room // 20
+    assert store.stored == whole and store.head_only > 0 and store.bytes <= cap
+    assert store.head_only == (cap - 20 * whole) // 4  # the logits of every later row that fits the whole cap
+    # a distillation reads whole rows: the ones over the hidden states' part are computed again
+    assert all(store.holds(k, fields) for k in keys[:whole]) and not store.holds(keys[whole], fields)
+    # the fine-tune reads the logits alone: every row that fitted them is read back, its values as written
+    logits = [Field("output.logits", False, head=True)]
+    kept = whole + store.head_only
+    computed = []
+    out = store.fetch(torch.tensor(keys[:kept]), torch.ones(kept, 2, dtype=torch.long), logits,
+                      lambda rows: computed.append(rows) or {"output.logits": torch.zeros(len(rows), 2)})
+    assert not computed
+    assert torch.equal(out["output.logits"], -torch.tensor(keys[:kept], dtype=torch.float32)[:, None].expand(kept, 2))
 
 
 def test_bytes_written_after_the_last_flush_are_dropped_on_reopening(tmp_path):

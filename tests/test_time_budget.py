@@ -8,8 +8,8 @@ import pytest
 
 from ghostify.errors import GhostifyError
 from ghostify.recipe.time_budget import (FINETUNE_SHARE, MAX_EPOCHS, StageCounts, Throughput, TrainingPlan,
-                                         finetune_counts, labelled_seen, parse_duration, plan_training,
-                                         stages_worth_it)
+                                         finetune_counts, finetune_with_evaluations, labelled_seen,
+                                         parse_duration, plan_training, stage_overhead, stages_worth_it)
 
 RATES = Throughput(teacher=0.01, distill=0.02, finetune=0.015, evaluate=0.005)
 
@@ -92,6 +92,26 @@ def test_time_that_whole_epochs_leave_goes_to_part_of_one_more():
         "2,000 x 3 epochs and 31 of 63 steps of one more, stopped at step 150 by the deadline"
     written = dataclasses.replace(plan, finetune=stopped).to_json()
     assert TrainingPlan.from_json(written, "budget.json").finetune == stopped
+
+
+def test_the_fine_tune_planned_after_distilling_leaves_time_for_its_evaluations_and_the_stages_start():
+    """The SQuAD part's fine-tunes at 3x stopped at the deadline at 81% and 87% of their schedules: their plans had
+    no room for the evaluation after each epoch. 105 s with 5 s an evaluation, 2,000 examples at 0.015 s (30 s an
+    epoch, 0.48 s a step of 63): one evaluation reserved leaves 100 s, 3 epochs and 20 steps of a fourth (4
+    evaluations); four reserved leave 85 s: 2 epochs (60 s) and 25 s / 0.48 = 52 steps of a third, whose three
+    evaluations fit (60 + 52 x 0.48 + 15 = 99.96 s)."""
+    counts, cost = finetune_with_evaluations(105, 2000, RATES, None, evaluation=5)
+    assert counts == StageCounts(None, 3, 2 * 63 + 52)
+    assert cost == pytest.approx(60 + 52 * 32 * 0.015)
+    assert finetune_counts(100, 2000, RATES)[0] == StageCounts(None, 4, 3 * 63 + 20)  # one evaluation reserved
+    assert finetune_with_evaluations(105, 2000, RATES, None, evaluation=0) == finetune_counts(105, 2000, RATES)
+    # a time budget's fine-tune also evaluates before its first step: of 100 s, two evaluations leave 90 s, 3 epochs
+    # (4 evaluations); those leave 80 s: 2 epochs and 20 s / 0.48 = 41 steps of a third (60 + 19.68 + 20 s)
+    assert finetune_with_evaluations(100, 2000, RATES, None, evaluation=5, evaluate_first=True)[0] == \
+        StageCounts(None, 3, 2 * 63 + 41)
+    # the stage's own start and saving: the distillation's time less its epochs' and its evaluations'
+    assert stage_overhead(640.0, 609.0, 3, 9.0) == pytest.approx(4.0)
+    assert stage_overhead(600.0, 620.0, 1, 5.0) == 0.0  # never below nothing (the clocks differ a little)
 
 
 def test_too_little_time_for_a_stage_is_one_line():

@@ -71,7 +71,9 @@ from .time_budget import (
     ending_seconds,
     fewest,
     finetune_counts,
+    finetune_with_evaluations,
     labelled_seen,
+    stage_overhead,
     stages_worth_it,
 )
 
@@ -268,16 +270,22 @@ class _Run:
         walls = self.clock.recorded(self.run_dir)
         directory = next(p.directory.name for p in plan(recipe, self.run_dir) if p.stage.name == distill)
         planned = record["planned_seconds"]["distill"]
-        slower = max(1.0, walls.get(directory, planned) / planned) if planned > 0 else 1.0
+        wall = walls.get(directory, planned)
+        loop, evaluations = _training_seconds(self.run_dir / directory, wall)
+        slower = max(1.0, loop / planned) if planned > 0 else 1.0
         rates = Throughput(**record["throughput"]).slowed(slower)
         sizes = self.sizes()
+        evaluation = rates.evaluate * sizes["validation"]
         # what the run has spent: this process's clock, or on a resumed run at least the stages' recorded times
         spent = max(self.clock.elapsed(), sum(walls.values()))
-        left = self.clock.seconds - spent - ending_seconds(2 * rates.evaluate * sizes["validation"],
-                                                          self.clock.later_overhead())
+        # the fine-tune's stage also loads, evaluates after each epoch and saves, as the distillation's did
+        left = self.clock.seconds - spent - stage_overhead(wall, loop, evaluations, evaluation) \
+            - ending_seconds(2 * evaluation, self.clock.later_overhead())
         texts = sizes["texts"]
         seen = max(min(texts, r["counts"]["max_samples"] or texts) for r in records)
-        finetune, cost = finetune_counts(left, sizes["labelled"], rates, labelled_seen(seen, texts, sizes["labelled"]))
+        finetune, cost = finetune_with_evaluations(left, sizes["labelled"], rates,
+                                                   labelled_seen(seen, texts, sizes["labelled"]), evaluation=evaluation,
+                                                   evaluate_first=self.settings.chosen.evaluate_first)
         self.clock.overrun("the fine-tune", finetune, sizes["labelled"], left, self.say, rates.per_step())
         finetune = fewest(finetune, sizes["labelled"], rates.per_step())
         self.clock.planned["finetune"] = cost
@@ -484,6 +492,16 @@ class _Clock:
         """What the run spent, and on what (the recipe runner's wall time of each stage)."""
         return {"budget_seconds": self.seconds, "seconds": self.elapsed(), "planned": self.planned,
                 "stages": self.recorded(run_dir)}
+
+
+def _training_seconds(stage: Path, wall: float) -> tuple[float, int]:
+    """The seconds a training stage's epochs took by the loop's own clock and how many evaluations it ran, from its
+    ``training.json``; (``wall``, 0) where there is none to read."""
+    try:
+        summary = json.loads((stage / "training.json").read_text())
+        return sum(e["wall"] for e in summary["epoch_seconds"]), len(summary.get("evaluations", []))
+    except (OSError, ValueError, KeyError, TypeError):
+        return wall, 0
 
 
 def _resolved(settings: CompressSettings, out: Path, say: Callable[[str], None]) -> tuple[CompressSettings, bool]:

@@ -312,7 +312,9 @@ def _training_lines(report: dict[str, Any]) -> list[str]:
                   "| stage | examples | epochs | steps | precision | teacher's outputs |", "|---|---|---|---|---|---|"]
         for row in rows:
             kept = row.get("teacher_outputs") or {}
-            store = (f"{kept['computed']:,} computed, {kept['reused']:,} read back ({kept['bytes'] / 2**20:,.0f} MiB)"
+            store = (f"{kept['computed']:,} computed, {kept['reused']:,} read back ({kept['bytes'] / 2**20:,.0f} MiB"
+                     + (f"; the head's outputs alone of {kept['head_only']:,}, over the cap" if kept.get("head_only")
+                        else "") + ")"
                      if "computed" in kept else kept.get("store", "computed at every step"))
             examples = format(row["examples"], ",") if isinstance(row["examples"], int) else "-"
             if row.get("masked_copies"):

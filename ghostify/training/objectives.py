@@ -51,7 +51,7 @@ class TeacherOutput(ModelOutput):
 
 
 def _output_fields(kind: TaskLosses) -> list[Field]:
-    return [Field(f"output.{name}", per_token) for name, per_token in kind.teacher_outputs.items()]
+    return [Field(f"output.{name}", per_token, head=True) for name, per_token in kind.teacher_outputs.items()]
 
 
 def _teacher_output(kind: TaskLosses, values: dict[str, torch.Tensor]) -> TeacherOutput:
