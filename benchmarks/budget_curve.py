@@ -237,9 +237,10 @@ def _paired(name: str, rows: list[dict[str, Any]]) -> list[str]:
             diffs = [score(other[s]) - score(today[s]) for s in seeds]
             mean, low, high = rf.t_interval(diffs)
             speed = [statistics.fmean(rows_[s]["measured_speedup"] for s in seeds) for rows_ in (other, today)]
+            per_seed = ", ".join(f"{d:+.1f}" for d in diffs)
             lines.append(f"- {target:g}x, {arm} ({arm_budget}) against today ({budget}), seeds "
                          f"{', '.join(map(str, seeds))}: {mean:+.1f} points (95% interval {low:+.1f} to {high:+.1f}; "
-                         f"per seed {', '.join(f'{d:+.1f}' for d in diffs)}), at {speed[0]:.2f}x against {speed[1]:.2f}x")
+                         f"per seed {per_seed}), at {speed[0]:.2f}x against {speed[1]:.2f}x")
     return ["Paired over seeds (the same seed in both arms; Student-t interval of the differences):", "", *lines, ""] \
         if lines else []
 
