@@ -226,9 +226,10 @@ class TeacherStore:
                if key not in self.columns.get(name, _Column()).offsets}
         if not new:
             return False
-        if self.bytes + sum(v.nbytes for v in new.values()) > self.cap_bytes * (1 - HEAD_RESERVE):
+        used = self.bytes
+        if used + sum(v.nbytes for v in new.values()) > self.cap_bytes * (1 - HEAD_RESERVE):
             new = {name: value for name, value in new.items() if name in head}
-            if not new or self.bytes + sum(v.nbytes for v in new.values()) > self.cap_bytes:
+            if not new or used + sum(v.nbytes for v in new.values()) > self.cap_bytes:
                 return False
         for name, value in new.items():
             column = self.columns.setdefault(name, _Column())
@@ -273,6 +274,7 @@ class TeacherStore:
                 else:
                     rows.append(torch.from_numpy(self.read(key, f.name).copy()))
             out[f.name] = _assemble(rows, real, f.per_token).to(mask.device)
+        head = {f.name for f in fields if f.head}
         for j, i in enumerate(missing):
             row = {}
             for f in fields:
@@ -281,7 +283,7 @@ class TeacherStore:
                 row[f.name] = value.detach().to("cpu", torch.float16).numpy()
             if not all(np.isfinite(v).all() for v in row.values()):
                 continue  # beyond float16's range: this row stays computed on every visit
-            self.write(key_list[i], row, head={f.name for f in fields if f.head})
+            self.write(key_list[i], row, head=head)
         return out
 
 
