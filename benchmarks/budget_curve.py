@@ -126,7 +126,8 @@ def run_one(args, name: str, target: float, arm: str, budget: str, seed: int) ->
             *ABLATIONS.get(arm, []), *NO_TRAINING.get(arm, [])]  # an arm's own --runtime comes last, and wins
     env = dict(os.environ)
     if arm == "today":
-        env["PYTHONPATH"] = str(args.today)  # the code before issue 46, ahead of this checkout's install
+        # the code before issue 46, ahead of this checkout's install (and of any packages the path already names)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(args.today), env.get("PYTHONPATH", "")) if p)
         command = [sys.executable, "-m", "ghostify", *argv]
     elif arm == "old-allocation":
         command = [sys.executable, __file__, "--old-allocation", "--work", str(args.work), *argv]

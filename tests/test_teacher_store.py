@@ -160,6 +160,27 @@ def test_past_the_cap_for_hidden_states_a_row_keeps_its_heads_outputs_for_the_fi
     assert torch.equal(out["output.logits"], -torch.tensor(keys[:kept], dtype=torch.float32)[:, None].expand(kept, 2))
 
 
+def test_the_store_times_its_own_work_apart_from_the_teachers_pass(tmp_path):
+    """What a time budget weighs against the teacher's pass: the store's seconds on batches it computed and stored,
+    and on batches it read back whole; the teacher's own pass (here 0.3 s of sleep) is in neither."""
+    import time
+
+    store = TeacherStore(tmp_path, "t", cap_bytes=1 << 20).open(tmp_path)
+    fields = [Field("hidden.1", True), Field("output.logits", False, head=True)]
+    mask = torch.ones(4, 3, dtype=torch.long)
+
+    def teacher(rows):
+        time.sleep(0.3)
+        return {"hidden.1": torch.ones(len(rows), 3, 8), "output.logits": torch.zeros(len(rows), 2)}
+
+    store.fetch(torch.arange(4), mask, fields, teacher)
+    assert 0 < store.seconds["storing"] < 0.3 and store.seconds["reading"] == 0
+    store.fetch(torch.arange(4), mask, fields, teacher)  # read back whole: the teacher is not run
+    assert 0 < store.seconds["reading"] < 0.3 and store.computed == 4 and store.reused == 4
+    assert store.summary()["seconds"] == {k: round(v, 3) for k, v in store.seconds.items()}
+    store.close()
+
+
 def test_bytes_written_after_the_last_flush_are_dropped_on_reopening(tmp_path):
     store = TeacherStore(tmp_path, "t", cap_bytes=1 << 20).open(tmp_path)
     fields = [Field("output.logits", False)]

@@ -8,7 +8,7 @@ import pytest
 
 from ghostify.errors import GhostifyError
 from ghostify.recipe.time_budget import (FINETUNE_SHARE, MAX_EPOCHS, StageCounts, Throughput, TrainingPlan,
-                                         finetune_counts, finetune_with_evaluations, labelled_seen,
+                                         distillation_pace, finetune_counts, finetune_with_evaluations, labelled_seen,
                                          parse_duration, plan_training, stage_overhead, stages_worth_it)
 
 RATES = Throughput(teacher=0.01, distill=0.02, finetune=0.015, evaluate=0.005)
@@ -212,3 +212,37 @@ def test_a_stage_is_taken_where_its_distillation_gets_at_least_its_own_setting_u
     assert [stages_worth_it(s, 2, scoring=0, evaluation=0) for s in (308, 309)] == [1, 2]
     assert [stages_worth_it(s, 3, scoring=0, evaluation=0) for s in (424, 425, 10_000)] == [2, 3, 3]
     assert stages_worth_it(10_000, 1, scoring=0, evaluation=0) == 1
+
+
+def test_the_fine_tune_follows_the_distillations_pace_faster_as_well_as_slower():
+    """On an NVIDIA H200 SST-2's 6x student distilled in 47 s of a planned 122 (the probe's ten steps an epoch cost
+    about three times a long run's there); the fine-tune, held to the probe's rates, then planned 104 s and took 45,
+    and the 4-minute run ended after 3.1. Its pace now scales the fine-tune's rates either way: 2,000 examples at
+    0.015 s (30 s an epoch of 63 steps, 0.48 s a step) with 0.5 s evaluations in 40 s: two evaluations leave 39 s,
+    1 epoch and 9 / 0.48 = 18 steps of a second; at half the pace (15 s an epoch, 0.24 s a step) three leave 38.5 s,
+    2 epochs and 8.5 / 0.24 = 35 steps of a third."""
+    assert distillation_pace(47.0, 122.0) == pytest.approx(0.385, abs=1e-3)
+    assert distillation_pace(1030.0, 851.0) == pytest.approx(1.21, abs=1e-2)  # slower, as on the Xeon
+    assert distillation_pace(5.0, 0.0) == distillation_pace(0.0, 10.0) == 1.0  # nothing planned or nothing timed
+    rates = dataclasses.replace(RATES, evaluate=0.0)
+    assert finetune_with_evaluations(40, 2000, rates, None, evaluation=0.5)[0] == StageCounts(None, 2, 63 + 18)
+    assert finetune_with_evaluations(40, 2000, rates.slowed(0.5), None, evaluation=0.5)[0] == \
+        StageCounts(None, 3, 2 * 63 + 35)
+
+
+def test_the_store_is_kept_where_storing_and_reading_back_cost_less_than_the_teachers_pass():
+    """The probe of SST-2's 6x first stage on a 2-core AMD EPYC, per 320 texts: a first visit 1.358 s over a later
+    one (the teacher's pass and storing, less reading back), storing 0.249 s, reading 0.102 s: the pass is 1.211 s,
+    more than 0.351 s: stored. A machine whose teacher runs fast (a pass of 0.04 s, storing 0.5, reading 0.2): not;
+    without the store every visit pays the pass instead of reading back."""
+    n = 320
+    cpu = Throughput(teacher=1.358 / n, distill=2.18 / n, finetune=1.746 / n, evaluate=0.333 / n, storing=0.249 / n,
+                     reading=0.102 / n)
+    assert cpu.teacher_pass() * n == pytest.approx(1.211) and cpu.store_pays()
+    fast = Throughput(teacher=(0.04 + 0.5 - 0.2) / n, distill=0.3 / n, finetune=0.1 / n, evaluate=0.01 / n,
+                      storing=0.5 / n, reading=0.2 / n)
+    assert fast.teacher_pass() * n == pytest.approx(0.04) and not fast.store_pays()
+    plain = fast.without_store()
+    assert plain.teacher == 0 and plain.storing == plain.reading == 0
+    assert plain.distill * n == pytest.approx(0.3 - 0.2 + 0.04) and plain.finetune * n == pytest.approx(0.1 + 0.04)
+    assert RATES.store_pays()  # a record from before the store timed itself: stored, as then

@@ -68,6 +68,7 @@ from .time_budget import (
     Throughput,
     check_counts,
     distill_counts,
+    distillation_pace,
     ending_seconds,
     fewest,
     finetune_counts,
@@ -165,6 +166,27 @@ class _Run:
         self.dense_exports = DenseExports(settings.data, settings.task_settings)
         self.clock = _Clock(settings.seconds)
         self.stage_count: dict[str, Any] | None = None  # the stage count chosen for the time budget, not asked for
+        #: a time budget's measured choice whether the teacher store pays on this machine (the first stage's probe)
+        self.store_choice: dict[str, Any] | None = None
+        if settings.plan is not None and not settings.plan.teacher_store:  # the budget.json of a run that did not
+            self.compute_teacher_at_every_step()
+
+    def compute_teacher_at_every_step(self) -> None:
+        """No teacher store from here on: every training stage runs the teacher at every step."""
+        self.settings = dataclasses.replace(self.settings, teacher_store_gb=0.0)
+        self.store = None
+
+    def choose_store(self, rates: Throughput) -> None:
+        """Keep the teacher store where storing a text's outputs and reading them back costs less than the teacher's
+        pass on this machine (``rates``: the first stage's probe), else compute them at every step, said."""
+        ms = {"teacher_ms": 1000 * rates.teacher_pass(), "storing_ms": 1000 * rates.storing,
+              "reading_ms": 1000 * rates.reading}
+        self.store_choice = {"stored": rates.store_pays(), **{k: round(v, 3) for k, v in ms.items()}}
+        if not rates.store_pays():
+            self.say(f"the teacher's outputs are computed at every step, not stored: here storing a text's outputs and "
+                     f"reading them back take {ms['storing_ms']:.2f} + {ms['reading_ms']:.2f} ms, more than the "
+                     f"teacher's pass ({ms['teacher_ms']:.2f} ms)")
+            self.compute_teacher_at_every_step()
 
     @property
     def count(self) -> int:
@@ -191,6 +213,10 @@ class _Run:
         finetune: StageCounts | None = None
         for k in range(1, self.count + 1):
             step, record = self.decide(k, decided)
+            if record.get("teacher_store") is not None:  # the first stage's choice, made now or by the earlier run
+                self.store_choice = record["teacher_store"]
+                if not self.store_choice["stored"] and self.store is not None:
+                    self.compute_teacher_at_every_step()
             decided.append(step)
             records.append(record)
             if record.get("finetune") is not None:
@@ -213,7 +239,7 @@ class _Run:
         final = _measure(dense_model(stages, settings.model), shipped_model(stages, settings.deployment),
                          settings.deployment, settings.rounds,
                          shipped_is_export=target(settings.deployment.runtime).graph is not None,
-                         dense_exports=self.dense_exports, every_deployment=True)
+                         dense_exports=self.dense_exports, every_deployment=True, say=self.say)
         last = records[-1]
         report = _report(settings, stages, last["attempts"], final, last.get("choice"))
         report["compression_stages"] = [{"step": k, "target": r["target"], "allocated_for": r["allocated_for"],
@@ -226,6 +252,7 @@ class _Run:
         report["precision"] = settings.precision
         report["trained_on"] = training_device_name() if settings.chosen.trains else None
         report["dropout"] = settings.chosen.dropout
+        report["teacher_store"] = self.store_choice
         if self.stage_count is not None:
             report["stage_count"] = self.stage_count
         report["time"] = self.clock.summary(self.run_dir)
@@ -236,7 +263,8 @@ class _Run:
                     finetune_counts = {**finetune_counts, "stop_step": stopped["stopped_at"]}
                 else:
                     distill[-1] = {**distill[-1], "stop_step": stopped["stopped_at"]}
-            plan_counts = {"distill": distill, "finetune": finetune_counts, "seconds": self.clock.planned}
+            plan_counts = {"distill": distill, "finetune": finetune_counts, "seconds": self.clock.planned,
+                           "teacher_store": self.settings.teacher_store_gb > 0}
             write_text_atomically(self.out / BUDGET_FILE, json.dumps(plan_counts, indent=2))
             report["budget_file"] = str(self.out / BUDGET_FILE)
         _write_report(self.out, report)
@@ -256,11 +284,9 @@ class _Run:
 
     def finetune_after_distilling(self, decided: list[Step], records: list[dict[str, Any]]) -> StageCounts:
         """The fine-tune's counts for a time budget, planned again once the last distillation has trained: for the
-        time then left, at the throughput measured before it slowed by as much as the distillation ran over its
-        plan (the probe's few steps miss some of a long run's: CoNLL-2003 at 3x on a 2-core Xeon distilled 1.2x
-        slower than probed through the loop, 1.48x than the earlier probe of three batches, whose runs went up to 25%
-        over their 20 minutes). Kept in the last stage's record, so a resumed run trains what the interrupted one
-        planned."""
+        time then left, at the throughput measured before it, scaled by the distillation's pace against its plan
+        (:func:`distillation_pace`: the probe's few steps miss some of a long run's, either way). Kept in the last
+        stage's record, so a resumed run trains what the interrupted one planned."""
         record, k = records[-1], self.count
         if record.get("finetune_after_distilling"):
             return StageCounts(**record["finetune"])
@@ -272,8 +298,8 @@ class _Run:
         planned = record["planned_seconds"]["distill"]
         wall = walls.get(directory, planned)
         loop, evaluations = _training_seconds(self.run_dir / directory, wall)
-        slower = max(1.0, loop / planned) if planned > 0 else 1.0
-        rates = Throughput(**record["throughput"]).slowed(slower)
+        pace = distillation_pace(loop, planned)
+        rates = Throughput(**record["throughput"]).slowed(pace)
         sizes = self.sizes()
         evaluation = rates.evaluate * sizes["validation"]
         # what the run has spent: this process's clock, or on a resumed run at least the stages' recorded times
@@ -292,7 +318,7 @@ class _Run:
         self.say(f"the fine-tune planned again after the last distillation, which took {walls.get(directory, 0):.0f} s "
                  f"of a planned {planned:.0f} s: {finetune.describe(sizes['labelled'], rates.per_step())} (examples), "
                  f"about {cost:.0f} s of the {max(0.0, left):.0f} s left")
-        record |= {"finetune": finetune.to_json(), "finetune_after_distilling": {"slower": slower, "left": left}}
+        record |= {"finetune": finetune.to_json(), "finetune_after_distilling": {"pace": pace, "left": left}}
         compress_record.write(self.out, record, name=self.record_name(k))
         return finetune
 
@@ -370,9 +396,12 @@ class _Run:
         rates = training_throughput(pruned, teacher, settings.data, settings.task_settings,
                                     weights=DistillWeights(**settings.distill_weights), precision=settings.precision,
                                     dropout=settings.chosen.dropout, seed=settings.seed)
-        return self.clock.plan_stage(k, self.count, rates, self.sizes(), last=last,
-                                     finetunes=not settings.embeddings, say=self.say,
-                                     refuse=self.count == 1 or self.stage_count is None)
+        if k == 1 and self.store is not None and settings.teacher_store_gb > 0:
+            self.choose_store(rates)
+        result = self.clock.plan_stage(k, self.count, rates if self.store is not None else rates.without_store(),
+                                       self.sizes(), last=last, finetunes=not settings.embeddings, say=self.say,
+                                       refuse=self.count == 1 or self.stage_count is None)
+        return result | ({"teacher_store": self.store_choice} if k == 1 and self.store_choice is not None else {})
 
     def sizes(self) -> dict[str, int]:
         """The texts distillation may read (the training split's and ``--unlabelled``'s, and their masked copies), the

@@ -48,11 +48,12 @@ class DenseExports:
 
 def measure(dense: Path, compressed: Path, deployment: Deployment, rounds: int, *,
             shipped_is_export: bool = False, dense_exports: DenseExports | None = None,
-            every_deployment: bool = False) -> dict[str, Any]:
+            every_deployment: bool = False, say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """The dense and the compressed model taking turns in the target runtime: medians and spread
     (``dense_exports``: where the dense model's export is kept between checks, and the task data that calibrates an
     int8 graph). ``every_deployment``: the dense model in every other installed deployment takes turns with them
-    too, and the result says which ran it fastest and the speed-up over that (``fastest_dense``)."""
+    too, and the result says which ran it fastest and the speed-up over that (``fastest_dense``); a deployment
+    whose graph this machine cannot make (an int8 quantiser failing on its versions) is left out, said by ``say``."""
     with tempfile.TemporaryDirectory(prefix="ghostify-compress-") as tmp:
         exports = dense_exports if dense_exports is not None else DenseExports()  # no task data: random calibration
         data, task_settings = exports.data, exports.task_settings
@@ -62,7 +63,8 @@ def measure(dense: Path, compressed: Path, deployment: Deployment, rounds: int, 
                       in_runtime(compressed, Path(tmp) / "compressed", deployment, data, task_settings))
         others = [n for n in installed_deployments() if n != deployment.runtime] if every_deployment else []
         graphs = dense_graphs(dense, Path(tmp) / "others", others, seq_len=deployment.seq_len, data=data,
-                              task_settings=task_settings)
+                              task_settings=task_settings, say=say)
+        others = [n for n in others if n in graphs]  # a runtime that cannot make its graph here: said, left out
         rows = bench([*models, *(graphs[n] for n in others)], batch_size=deployment.batch_size,
                      seq_len=deployment.seq_len, threads=deployment.threads, rounds=rounds,
                      warmup=max(1, BenchDefaults.warmup))

@@ -22,7 +22,7 @@ from ..checkpoint import load_config
 from ..errors import GhostifyError
 from ..latency_model import Deployment
 from ..record import RECORD_KEY
-from ..runtimes import AUTO, Target, graph_of, installed_deployments, target
+from ..runtimes import AUTO, Runtime, Target, graph_of, installed_deployments, target
 from ..settings import BenchDefaults, DataSettings, TaskSettings
 from .bench import bench, check_counts, check_memory, check_positions
 from .machine_cache import cache_dir, machine_key, measuring, store
@@ -81,6 +81,7 @@ def dense_deployments(
         with tempfile.TemporaryDirectory(prefix="ghostify-deployments-") as tmp:
             paths = dense_graphs(model, Path(tmp), names, seq_len=seq_len, data=data, task_settings=task_settings,
                                  say=say)
+            names = tuple(n for n in names if n in paths)  # a runtime that failed here: said, and left out
             say(f"timing the dense model in {len(names)} deployments x {rounds} rounds (batch {batch_size} x "
                 f"{seq_len} tokens, {threads} thread(s))")
             timed = bench([paths[n] for n in names], batch_size=batch_size, seq_len=seq_len, threads=threads,
@@ -108,21 +109,41 @@ def dense_graphs(model: str | os.PathLike, directory: Path, names: Sequence[str]
                  say: Callable[[str], None] = lambda line: None) -> dict[str, str]:
     """The checkpoint ``model`` as each deployment of ``names`` runs it (:func:`ghostify.steps.timed_graphs
     .timed_graph`): the checkpoint for PyTorch, else a graph in ``directory``, one export per runtime (its int8
-    graph beside the full-precision one where ``names`` has both)."""
+    graph beside the full-precision one where ``names`` has both). A graph this machine cannot make (an int8
+    quantiser that fails on the installed versions) leaves its deployment out of the result, said in one line:
+    the other deployments are still timed."""
     paths: dict[str, str] = {}
+    exported: dict[str, Path | None] = {}  # a runtime's export directory (None: it could not be made here)
     for name in names:
         chosen = target(name)
         if chosen.graph is None:
             paths[name] = str(model)
             continue
-        out = directory / chosen.runtime.name
-        if not out.exists():
+        if chosen.runtime.name not in exported:
             int8 = any(target(n).int8 and target(n).runtime.name == chosen.runtime.name for n in names)
             say(f"exporting {model} to {chosen.runtime.title}{' (and int8)' if int8 else ''} to time it")
-            timed_graph(model, out, Target(chosen.runtime, int8=int8), seq_len=seq_len, data=data,
-                        task_settings=task_settings)
-        paths[name] = str(out / chosen.graph)
+            exported[chosen.runtime.name] = _export(model, directory, chosen.runtime, int8, seq_len=seq_len,
+                                                    data=data, task_settings=task_settings, say=say)
+        out = exported[chosen.runtime.name]
+        if out is not None and (out / chosen.graph).is_file():
+            paths[name] = str(out / chosen.graph)
     return paths
+
+
+def _export(model: str | os.PathLike, directory: Path, runtime: Runtime, int8: bool, *, seq_len: int,
+            data: DataSettings | None, task_settings: TaskSettings, say: Callable[[str], None]) -> Path | None:
+    """``runtime``'s graph of ``model`` in a new folder of ``directory``, with its int8 graph beside it where
+    ``int8`` asks; where the int8 quantisation fails here, the full-precision graph alone; None where that fails
+    too. Each failure is said: a runtime's own clear error (a broken quantiser names its versions)."""
+    for with_int8 in (True, False) if int8 else (False,):
+        out = directory / (runtime.name if with_int8 == int8 else f"{runtime.name}-fp32")
+        try:
+            timed_graph(model, out, Target(runtime, int8=with_int8), seq_len=seq_len, data=data,
+                        task_settings=task_settings)
+            return out
+        except GhostifyError as exc:
+            say(f"{runtime.title}{' int8' if with_int8 else ''} is left out of the comparison: {exc}")
+    return None
 
 
 def deployment_rows(names: Sequence[str], timed: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +137,9 @@ class TeacherStore:
         self.columns: dict[str, _Column] = {}
         self.files: dict[str, Any] = {}
         self.reused = self.computed = self.stored = self.head_only = 0
+        # the store's own wall seconds (the teacher's pass not counted): on batches it computed and stored, and on
+        # batches it read back whole; what a throughput probe weighs against the teacher's pass
+        self.seconds = {"storing": 0.0, "reading": 0.0}
         self._lock: Any = None
 
     # ----- lifetime ----------------------------------------------------------------------------
@@ -190,7 +194,8 @@ class TeacherStore:
     def summary(self) -> dict[str, Any]:
         """What the run's ``training.json`` records: rows read back, computed, stored, and the store's size."""
         return {"directory": str(self.root), "dtype": "float16", "reused": self.reused, "computed": self.computed,
-                "stored": self.stored, "head_only": self.head_only, "bytes": self.bytes, "cap_bytes": self.cap_bytes}
+                "stored": self.stored, "head_only": self.head_only, "bytes": self.bytes, "cap_bytes": self.cap_bytes,
+                "seconds": {k: round(v, 3) for k, v in self.seconds.items()}}
 
     # ----- rows --------------------------------------------------------------------------------
     def _data(self, name: str) -> Path:
@@ -254,36 +259,40 @@ class TeacherStore:
         float32 on ``mask``'s device: read back for the rows the store holds, ``compute(rows)`` (the teacher on
         those rows of the batch, at the batch's length) for the rest, which are then stored where there is room.
         Every value has passed through float16."""
+        started, computing = time.perf_counter(), 0.0
         key_list = [int(k) for k in keys.tolist()]
-        real = mask.bool()
+        real = mask.bool().cpu()
         missing = [i for i, k in enumerate(key_list) if not self.holds(k, fields)]
         computed: dict[str, torch.Tensor] = {}
         if missing:
-            computed = compute(torch.tensor(missing, device=mask.device))
+            before = time.perf_counter()
+            outputs = compute(torch.tensor(missing, device=mask.device))
+            if mask.device.type == "cuda":
+                torch.cuda.synchronize(mask.device)  # the teacher's queued pass, timed as the teacher's
+            computing = time.perf_counter() - before
+            # each field to the CPU in float16 once for the batch: row by row, a GPU paid a copy and a wait for every
+            # row of every field, twice (what is used and what is stored): 896 for 32 rows of 14 fields
+            computed = {f.name: outputs[f.name].detach().to("cpu", torch.float16) for f in fields}
         self.computed += len(missing)
         self.reused += len(key_list) - len(missing)
         position = {i: j for j, i in enumerate(missing)}  # a missing row's place in what was computed
+
+        def computed_row(name: str, per_token: bool, i: int) -> torch.Tensor:
+            value = computed[name][position[i]]
+            return value[real[i]] if per_token else value
+
         out: dict[str, torch.Tensor] = {}
         for f in fields:
-            rows: list[torch.Tensor] = []
-            for i, key in enumerate(key_list):
-                if i in position:
-                    value = computed[f.name][position[i]]
-                    value = value[real[i]] if f.per_token else value
-                    rows.append(value.detach().to("cpu", torch.float16))
-                else:
-                    rows.append(torch.from_numpy(self.read(key, f.name).copy()))
+            rows = [computed_row(f.name, f.per_token, i) if i in position
+                    else torch.from_numpy(self.read(key, f.name).copy()) for i, key in enumerate(key_list)]
             out[f.name] = _assemble(rows, real, f.per_token).to(mask.device)
         head = {f.name for f in fields if f.head}
-        for j, i in enumerate(missing):
-            row = {}
-            for f in fields:
-                value = computed[f.name][j]
-                value = value[real[i]] if f.per_token else value
-                row[f.name] = value.detach().to("cpu", torch.float16).numpy()
+        for i in missing:
+            row = {f.name: computed_row(f.name, f.per_token, i).numpy() for f in fields}
             if not all(np.isfinite(v).all() for v in row.values()):
                 continue  # beyond float16's range: this row stays computed on every visit
             self.write(key_list[i], row, head=head)
+        self.seconds["storing" if missing else "reading"] += time.perf_counter() - started - computing
         return out
 
 
@@ -294,7 +303,7 @@ def _assemble(rows: list[torch.Tensor], real: torch.Tensor, per_token: bool) -> 
     trailing = rows[0].shape[1:]
     batch = torch.zeros((real.shape[0], real.shape[1], *trailing), dtype=torch.float32)
     # float32 before the cat: under CPU autocast (bf16 training) cat promotes its inputs, and refuses float16 there
-    batch[real.cpu()] = torch.cat([r.float() for r in rows])  # a mask's true places in row order: row by row
+    batch[real] = torch.cat([r.float() for r in rows])  # a mask's true places in row order: row by row
     return batch
 
 
