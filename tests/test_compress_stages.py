@@ -137,6 +137,12 @@ def test_a_time_budget_writes_its_counts_and_they_train_the_same_bytes_again(wor
     assert "1 compression stage, not the 2 the target calls for" in (timed / "report.md").read_text()
     assert report["time"]["budget_seconds"] == 60 and report["time"]["seconds"] > 0
     assert "distillation on" in err and "of 60 s" in err
+    # whether the store pays was measured (a tiny teacher's pass is about as fast as the store's own work: either),
+    # and the budget file and the report say what was chosen
+    choice = report["teacher_store"]
+    assert budget["teacher_store"] is choice["stored"] and choice["teacher_ms"] > 0 and choice["storing_ms"] > 0
+    said = "were stored and read back" if choice["stored"] else "were computed at every step, not stored"
+    assert f"The teacher's outputs {said}: on this machine storing" in (timed / "report.md").read_text()
     # the fine-tune is planned again once the distillation has run, and what it trains is what budget.json says
     assert "the fine-tune planned again after the last distillation" in err
     # a time budget's student trains without dropout (the teacher's own fine-tune would keep the model's)
@@ -201,6 +207,21 @@ def test_a_time_budget_computes_the_teacher_at_every_step_where_storing_does_not
     first, second = _weights(Path(report["model_dir"])), _weights(Path(json.loads(
         (again / "report.json").read_text())["model_dir"]))
     assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_a_time_budget_without_a_store_plans_for_the_teacher_at_every_step(world, tmp_path, capsys, fixed_latency,
+                                                                          on_target):
+    """``--teacher-store-gb 0``: no store, and the plan's rates pay the teacher's pass at every visit (no first-visit
+    premium), as the budget file says."""
+    from ghostify.recipe.compress import TEACHER_STORE
+
+    out = tmp_path / "no-store"
+    code, _, err = run_cli(capsys, *_args(world, out, "--speedup", "1.3", "--budget", "40s", "--teacher-store-gb", "0"))
+    assert code == 0, err
+    record = json.loads((out / "allocation.json").read_text())
+    assert record["throughput"]["teacher"] == 0 and record["throughput"]["storing"] == 0
+    assert "teacher_store" not in record and json.loads((out / "budget.json").read_text())["teacher_store"] is False
+    assert not (out / "stages" / TEACHER_STORE).exists()
 
 
 def test_an_interrupted_staged_run_resumes_to_the_same_bytes(world, tmp_path, capsys, fixed_latency, on_target,

@@ -161,8 +161,10 @@ class _Run:
         self.settings, self.out, self.say = settings, out, say
         self.runtime_asked = runtime_asked  # "auto" where the runtime was chosen by timing the dense model
         self.run_dir = out / STAGES
-        # every training stage reads the teacher's outputs from one store (a budget that trains)
-        self.store = str(self.run_dir / TEACHER_STORE) if settings.chosen.trains else None
+        # every training stage reads the teacher's outputs from one store (a budget that trains, unless
+        # --teacher-store-gb 0 or a time budget's probe turns it off: None)
+        self.store = str(self.run_dir / TEACHER_STORE) if settings.chosen.trains and settings.teacher_store_gb > 0 \
+            else None
         self.dense_exports = DenseExports(settings.data, settings.task_settings)
         self.clock = _Clock(settings.seconds)
         self.stage_count: dict[str, Any] | None = None  # the stage count chosen for the time budget, not asked for
@@ -264,7 +266,7 @@ class _Run:
                 else:
                     distill[-1] = {**distill[-1], "stop_step": stopped["stopped_at"]}
             plan_counts = {"distill": distill, "finetune": finetune_counts, "seconds": self.clock.planned,
-                           "teacher_store": self.settings.teacher_store_gb > 0}
+                           "teacher_store": self.store is not None}
             write_text_atomically(self.out / BUDGET_FILE, json.dumps(plan_counts, indent=2))
             report["budget_file"] = str(self.out / BUDGET_FILE)
         _write_report(self.out, report)
@@ -396,7 +398,7 @@ class _Run:
         rates = training_throughput(pruned, teacher, settings.data, settings.task_settings,
                                     weights=DistillWeights(**settings.distill_weights), precision=settings.precision,
                                     dropout=settings.chosen.dropout, seed=settings.seed)
-        if k == 1 and self.store is not None and settings.teacher_store_gb > 0:
+        if k == 1 and self.store is not None:
             self.choose_store(rates)
         result = self.clock.plan_stage(k, self.count, rates if self.store is not None else rates.without_store(),
                                        self.sizes(), last=last, finetunes=not settings.embeddings, say=self.say,

@@ -325,11 +325,12 @@ def _training_lines(report: dict[str, Any]) -> list[str]:
                 f"{row['steps']:,} of {row['schedule_steps']:,}: stopped at the budget's deadline"
             lines.append(f"| {row['stage']} | {examples} | {epochs} | {steps} | {row['precision']} | {store} |")
     choice = report.get("teacher_store")
-    if choice and not choice["stored"]:
-        lines += ["", "The teacher's outputs were computed at every step, not stored: on this machine storing a "
-                      f"text's outputs and reading them back took {choice['storing_ms']:.2f} + "
-                      f"{choice['reading_ms']:.2f} ms, more than the teacher's pass ({choice['teacher_ms']:.2f} ms; "
-                      "the first stage's throughput probe)."]
+    if choice:
+        lines += ["", ("The teacher's outputs were stored and read back" if choice["stored"] else
+                       "The teacher's outputs were computed at every step, not stored") +
+                  f": on this machine storing a text's outputs and reading them back took {choice['storing_ms']:.2f} + "
+                  f"{choice['reading_ms']:.2f} ms, {'less' if choice['stored'] else 'more'} than the teacher's pass "
+                  f"({choice['teacher_ms']:.2f} ms; the first stage's throughput probe)."]
     timing = report.get("time") or {}
     if timing.get("budget_seconds"):
         spent = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in sorted(timing.get("stages", {}).items(),

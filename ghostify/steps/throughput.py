@@ -72,7 +72,8 @@ class Throughput:
         """Whether storing an example's outputs and reading them back once costs less than the teacher's pass: true
         on a CPU (a 2-core AMD EPYC: 0.06-0.10 s of reading and 0.13-0.25 s of storing a 320-text SST-2 probe,
         against 1.1-1.2 s of the teacher), not where the teacher runs fast and the store's copies and files do not
-        (an NVIDIA H200 distilled 1.7k texts/s computing the teacher at every step, 0.36k storing it)."""
+        (on an NVIDIA H200 the one-shot schedule distilled 1.7k texts/s computing the teacher at every step, a time
+        budget 0.36k storing it)."""
         return self.storing + self.reading < self.teacher_pass()
 
     def without_store(self) -> Throughput:
