@@ -17,6 +17,13 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on ``device``: a GPU runs kernels after they were queued, so a clock read without
+    this wait measures the queueing, not the work (the CPU runs them as they come)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 @functools.cache
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags as Linux lists them (empty elsewhere)."""

@@ -138,7 +138,7 @@ _WAIT_POLICY_AT_TORCH_IMPORT = textwrap.dedent("""
     class Spy:  # a finder that only looks: notes the variable the moment torch is imported
         def find_spec(self, name, path=None, target=None):
             if name == "torch" and "torch" not in seen:
-                seen["torch"] = os.environ.get("OMP_WAIT_POLICY")
+                seen["torch"] = [os.environ.get("OMP_WAIT_POLICY"), os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY")]
             return None
 
     sys.meta_path.insert(0, Spy())
@@ -150,18 +150,22 @@ _WAIT_POLICY_AT_TORCH_IMPORT = textwrap.dedent("""
 """)
 
 
-#: the user's own setting (ACTIVE) is the full run's: the command sets the variable only where it is unset
-@pytest.mark.parametrize("env, expected", [({}, "PASSIVE"),
-                                           pytest.param({"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE", marks=pytest.mark.slow)])
+#: the user's own settings (ACTIVE, 2048) are the full run's: the command sets the variables only where they are unset
+@pytest.mark.parametrize("env, expected", [
+    ({}, ["PASSIVE", "8192"]),
+    pytest.param({"OMP_WAIT_POLICY": "ACTIVE", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "2048"}, ["ACTIVE", "2048"],
+                 marks=pytest.mark.slow)])
 def test_the_command_line_lets_idle_threads_sleep_unless_told_otherwise(env, expected, tmp_path):
     """Issue 39: spinning OpenMP workers tripled the CPU a run took on a shared machine. The command
-    sets OMP_WAIT_POLICY=PASSIVE before torch loads (libgomp reads it then); the user's own setting wins."""
+    sets OMP_WAIT_POLICY=PASSIVE before torch loads (libgomp reads it then); the user's own setting wins.
+    Issue 46: likewise oneDNN's primitive cache, sized for a training run's shapes (threads.py)."""
     import os
 
     from ghostify.testing import tiny_checkpoint
 
     model = tiny_checkpoint(tmp_path / "model")
-    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "ONEDNN_PRIMITIVE_CACHE_CAPACITY")}
     result = subprocess.run([sys.executable, "-c", _WAIT_POLICY_AT_TORCH_IMPORT, str(model)], capture_output=True,
                             text=True, cwd=REPO, timeout=300, env={**clean, "OMP_NUM_THREADS": "1", **env})
     assert result.returncode == 0, result.stderr[-2000:]
@@ -177,3 +181,13 @@ def test_thread_defaults_keep_what_the_user_set():
         environ = dict(given)
         set_thread_defaults(environ)
         assert environ == expected, given
+
+
+def test_the_kernel_cache_default_keeps_what_the_user_set():
+    from ghostify.threads import DEFAULT_KERNEL_CACHE, set_kernel_cache_default
+
+    for given, expected in [({}, DEFAULT_KERNEL_CACHE), ({"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "0"}, "0"),
+                            ({"ONEDNN_PRIMITIVE_CACHE_CAPACITY": ""}, DEFAULT_KERNEL_CACHE)]:
+        environ = dict(given)
+        set_kernel_cache_default(environ)
+        assert environ == {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": expected}, given

@@ -18,7 +18,7 @@ import typer
 
 from ..console import is_main_process
 from ..errors import GhostifyError, Terminated
-from ..threads import set_thread_defaults
+from ..threads import set_cpu_defaults
 from ..version import __version__
 from .help import HelpCommand, HelpGroup
 from .inputs import check_inputs, check_one_process
@@ -322,7 +322,7 @@ def _is_usage_error(exc: Exception) -> bool:
 
 def run() -> None:
     """The console script ``ghostify`` (and ``python -m ghostify``)."""
-    set_thread_defaults()  # before any command imports torch: OpenMP reads it then (threads.py)
+    set_cpu_defaults()  # before any command imports torch: OpenMP and oneDNN read them then (threads.py)
     try:
         code = main()
     except KeyboardInterrupt:  # in the instants before main() installs its handlers, or after

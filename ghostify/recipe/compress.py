@@ -161,10 +161,6 @@ class _Run:
         self.settings, self.out, self.say = settings, out, say
         self.runtime_asked = runtime_asked  # "auto" where the runtime was chosen by timing the dense model
         self.run_dir = out / STAGES
-        # every training stage reads the teacher's outputs from one store (a budget that trains, unless
-        # --teacher-store-gb 0 or a time budget's probe turns it off: None)
-        self.store = str(self.run_dir / TEACHER_STORE) if settings.chosen.trains and settings.teacher_store_gb > 0 \
-            else None
         self.dense_exports = DenseExports(settings.data, settings.task_settings)
         self.clock = _Clock(settings.seconds)
         self.stage_count: dict[str, Any] | None = None  # the stage count chosen for the time budget, not asked for
@@ -173,21 +169,34 @@ class _Run:
         if settings.plan is not None and not settings.plan.teacher_store:  # the budget.json of a run that did not
             self.compute_teacher_at_every_step()
 
+    @property
+    def store(self) -> str | None:
+        """The one store of the teacher's outputs every training stage reads: a budget that trains, unless
+        --teacher-store-gb 0, a time budget's probe or the budget.json replayed turned it off (None)."""
+        if self.settings.chosen.trains and self.settings.teacher_store_gb > 0:
+            return str(self.run_dir / TEACHER_STORE)
+        return None
+
     def compute_teacher_at_every_step(self) -> None:
         """No teacher store from here on: every training stage runs the teacher at every step."""
         self.settings = dataclasses.replace(self.settings, teacher_store_gb=0.0)
-        self.store = None
 
-    def choose_store(self, rates: Throughput) -> None:
-        """Keep the teacher store where storing a text's outputs and reading them back costs less than the teacher's
-        pass on this machine (``rates``: the first stage's probe), else compute them at every step, said."""
+    def choose_store(self, rates: Throughput) -> dict[str, Any]:
+        """Whether to keep the teacher store: where storing a text's outputs and reading them back costs less than the
+        teacher's pass on this machine (``rates``: the first stage's probe); else the run says why it drops it."""
         ms = {"teacher_ms": 1000 * rates.teacher_pass(), "storing_ms": 1000 * rates.storing,
               "reading_ms": 1000 * rates.reading}
-        self.store_choice = {"stored": rates.store_pays(), **{k: round(v, 3) for k, v in ms.items()}}
         if not rates.store_pays():
             self.say(f"the teacher's outputs are computed at every step, not stored: here storing a text's outputs and "
                      f"reading them back take {ms['storing_ms']:.2f} + {ms['reading_ms']:.2f} ms, more than the "
                      f"teacher's pass ({ms['teacher_ms']:.2f} ms)")
+        return {"stored": rates.store_pays(), **{k: round(v, 3) for k, v in ms.items()}}
+
+    def follow_store_choice(self, choice: dict[str, Any]) -> None:
+        """Act on the first stage's store choice, made now (:meth:`choose_store`) or read from an earlier run's record
+        (a resumed run keeps the interrupted one's)."""
+        self.store_choice = choice
+        if not choice["stored"]:
             self.compute_teacher_at_every_step()
 
     @property
@@ -215,10 +224,6 @@ class _Run:
         finetune: StageCounts | None = None
         for k in range(1, self.count + 1):
             step, record = self.decide(k, decided)
-            if record.get("teacher_store") is not None:  # the first stage's choice, made now or by the earlier run
-                self.store_choice = record["teacher_store"]
-                if not self.store_choice["stored"] and self.store is not None:
-                    self.compute_teacher_at_every_step()
             decided.append(step)
             records.append(record)
             if record.get("finetune") is not None:
@@ -371,6 +376,8 @@ class _Run:
             self.out.mkdir(parents=True, exist_ok=True)  # the stages made it; a caller's own runner may not have
             compress_record.write(self.out, record, name=name)
         record.setdefault("target", settings.targets[k - 1])
+        if record.get("teacher_store") is not None:  # the first stage's choice, made now or by the earlier run
+            self.follow_store_choice(record["teacher_store"])
         counts = record.get("counts")
         step = Step(record["allocated_for"], Structure(record.get("keep_layers"), record.get("hidden_width")),
                     record.get("prune"), None if counts is None else StageCounts(**counts))
@@ -399,7 +406,7 @@ class _Run:
                                     weights=DistillWeights(**settings.distill_weights), precision=settings.precision,
                                     dropout=settings.chosen.dropout, seed=settings.seed)
         if k == 1 and self.store is not None:
-            self.choose_store(rates)
+            self.follow_store_choice(self.choose_store(rates))
         result = self.clock.plan_stage(k, self.count, rates if self.store is not None else rates.without_store(),
                                        self.sizes(), last=last, finetunes=not settings.embeddings, say=self.say,
                                        refuse=self.count == 1 or self.stage_count is None)

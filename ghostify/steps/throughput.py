@@ -34,7 +34,7 @@ import torch
 
 from ..architectures import get_adapter
 from ..checkpoint import load_config
-from ..device import default_device
+from ..device import default_device, synchronize
 from ..seeding import seed_everything
 from ..settings import DataSettings, DistillWeights, TaskSettings, TrainSettings
 from ..training.layer_map import build_layer_map, kept_layers
@@ -178,17 +178,12 @@ def _evaluator(model: torch.nn.Module, kind: Any) -> Callable[[dict], None]:
 def _timed(step: Callable[[dict], None], warm: list[dict], timed: list[dict], device: torch.device) -> float:
     for batch in warm:
         step(batch)
-    _synchronize(device)
+    synchronize(device)
     start = time.perf_counter()
     for batch in timed:
         step(batch)
-    _synchronize(device)  # a GPU runs the steps after they were queued: the clock waits for them
+    synchronize(device)  # a GPU runs the steps after they were queued: the clock waits for them
     return time.perf_counter() - start
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 @contextlib.contextmanager

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..device import synchronize
 from ..errors import GhostifyError
 from ..files import held_lock
 
@@ -267,8 +268,7 @@ class TeacherStore:
         if missing:
             before = time.perf_counter()
             outputs = compute(torch.tensor(missing, device=mask.device))
-            if mask.device.type == "cuda":
-                torch.cuda.synchronize(mask.device)  # the teacher's queued pass, timed as the teacher's
+            synchronize(mask.device)  # the teacher's queued pass, timed as the teacher's
             computing = time.perf_counter() - before
             # each field to the CPU in float16 once for the batch: row by row, a GPU paid a copy and a wait for every
             # row of every field, twice (what is used and what is stored): 896 for 32 rows of 14 fields
