@@ -34,12 +34,10 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
-from importlib import metadata
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_model  # noqa: E402
+import common  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "kernel_cache.md"
@@ -139,10 +137,11 @@ def main(argv: list[str] | None = None) -> None:
     done = len(rows)
     turns = [arm for round_ in range(args.rounds)
              for arm in args.arms[round_ % len(args.arms):] + args.arms[:round_ % len(args.arms)]]
+    machine = common.machine_line(common.machine_info(), load=False)  # the runs' loads are each row's own
     for k, arm in enumerate(turns if not args.report_only else []):
         if k < done:  # measured by an earlier, cut-off invocation
             continue
-        row = run_once(arm, args, store) | {"round": k // len(args.arms), "machine": machine_line(),
+        row = run_once(arm, args, store) | {"round": k // len(args.arms), "machine": machine,
                                              "commit": _commit(), "command": args.command_line}
         print(json.dumps(row), file=sys.stderr, flush=True)
         rows.append(row)
@@ -153,12 +152,6 @@ def main(argv: list[str] | None = None) -> None:
     text = report(rows, args)
     args.output.write_text(text)
     print(text)
-
-
-def machine_line() -> str:
-    """The CPU, its logical CPUs and the software the runs used."""
-    versions = ", ".join(f"{name} {metadata.version(name)}" for name in ("torch", "transformers"))
-    return f"{cpu_model()}, {os.cpu_count()} logical CPUs, {versions}, {time.strftime('%Y-%m-%d')}"
 
 
 def _commit() -> str:

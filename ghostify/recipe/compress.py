@@ -364,7 +364,9 @@ class _Run:
                      f"{saved.kept().measured:.2f}x) is kept: {self.out / name}" if self.count > 1 else
                      f"the allocation of the earlier run ({saved.allocated_for:.2f}x predicted, measured "
                      f"{saved.kept().measured:.2f}x) is kept: {self.out / name}")
-        else:
+            if record.get("teacher_store") is not None:  # the first stage's store choice, as the earlier run made it
+                self.follow_store_choice(record["teacher_store"])
+        else:  # a new stage: counts() makes and follows the store choice before it plans
             started = self.clock.stage_started = time.monotonic()
             structure, allocated, allocation, attempts, choice = _allocate(self, k, decided)
             record = {"settings": key, "allocated_for": allocated, "keep_layers": structure.keep_layers,
@@ -376,8 +378,6 @@ class _Run:
             self.out.mkdir(parents=True, exist_ok=True)  # the stages made it; a caller's own runner may not have
             compress_record.write(self.out, record, name=name)
         record.setdefault("target", settings.targets[k - 1])
-        if record.get("teacher_store") is not None:  # the first stage's choice, made now or by the earlier run
-            self.follow_store_choice(record["teacher_store"])
         counts = record.get("counts")
         step = Step(record["allocated_for"], Structure(record.get("keep_layers"), record.get("hidden_width")),
                     record.get("prune"), None if counts is None else StageCounts(**counts))
