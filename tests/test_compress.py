@@ -517,6 +517,6 @@ def test_the_report_says_which_training_stage_cut_its_last_epoch_and_which_a_dea
         {"stage": "final", "examples": 3187, "epochs": 2, "max_steps": None, "steps": 150, "precision": "no",
          "teacher_outputs": store, "stopped_at": 150, "schedule_steps": 200}]}
     text = markdown(report)
-    assert "| distill | 4,196 | 2, the last cut | 145 | no |" in text
-    assert "| final | 3,187 | 1 | 114 | no |" in text
-    assert "| final | 3,187 | 2 | 150 of 200: stopped at the budget's deadline | no |" in text
+    assert "| distill | 4,196 | 2, the last cut | 145 | float32 |" in text
+    assert "| final | 3,187 | 1 | 114 | float32 |" in text
+    assert "| final | 3,187 | 2 | 150 of 200: stopped at the budget's deadline | float32 |" in text

@@ -122,9 +122,25 @@ def test_a_time_budget_writes_its_counts_and_they_train_the_same_bytes_again(wor
     distillation gets: the first stage predicted to take the whole budget (as 256-token SQuAD windows took half of
     20 minutes), the run takes one stage and says why, instead of refusing once the first stage is spent."""
     from ghostify.recipe import compress_settings, time_budget
+    from ghostify.training.teacher_store import fingerprint
 
     monkeypatch.setattr(compress_settings, "STAGED_FROM", 2.0)  # the tiny model reaches 2.2x, not 4x
     monkeypatch.setattr(time_budget, "FIRST_STAGE_SECONDS", 60.0)
+    # --mixed-precision auto on a machine with bf16 in hardware times both precisions; here bf16 runs the teacher
+    # twice as fast and the student half as fast (the tiny model's own times are near the timer's noise)
+    monkeypatch.setattr(compress_settings, "fast_bf16", lambda: True)
+    probed, first = compress_module.training_throughput, {}
+
+    def timed(*args, precision, **kwargs):  # and the store pays: its own work costs next to nothing
+        rates = first.setdefault("rates", dataclasses.replace(probed(*args, precision=precision, **kwargs),
+                                                              storing=1e-6, reading=1e-6))
+        rates = dataclasses.replace(rates, teacher=max(rates.teacher, 1e-4))
+        if precision == "no":
+            return rates
+        return dataclasses.replace(rates, teacher=rates.teacher / 2, distill=2 * rates.distill,
+                                   finetune=2 * rates.finetune)
+
+    monkeypatch.setattr(compress_module, "training_throughput", timed)
     timed = tmp_path / "timed"
     code, _, err = run_cli(capsys, *_args(world, timed, "--speedup", "2.2", "--budget", "60s"))
     assert code == 0, err
@@ -155,8 +171,18 @@ def test_a_time_budget_writes_its_counts_and_they_train_the_same_bytes_again(wor
     from ghostify.device import training_device_name
 
     assert report["trained_on"] == training_device_name() != ""
-    precision = "in float32." if report["precision"] == "no" else f"in {report['precision']} mixed precision."
-    assert f"Training ran on {report['trained_on']}, {precision}" in (timed / "report.md").read_text()
+    assert "stage 1: the teacher's passes in bf16, the student's steps in float32 (timed here" in err
+    assert f"Training ran on {report['trained_on']}; the throughput probe timed bf16 against float32" in \
+        (timed / "report.md").read_text()
+    assert "- stage 1: the teacher in bf16, the student in float32 (bf16 " in (timed / "report.md").read_text()
+    for counts in (budget["distill"][0], budget["finetune"]):
+        assert counts["mixed_precision"] == "no" and counts["teacher_precision"] == "bf16", counts
+    for stage in ("distill", "final"):
+        settings = json.loads((next((timed / "stages").glob(f"*-{stage}")) / "training.json").read_text())["settings"]
+        assert settings["mixed_precision"] == "no" and settings["teacher_precision"] == "bf16", stage
+    # the teacher's outputs are stored under a key of the precision they were computed in
+    assert report["teacher_store"]["stored"]
+    assert (timed / "stages" / compress_module.TEACHER_STORE / fingerprint(report["teacher"], "bf16")).is_dir()
     # its labelled fine-tune competes with the distilled student it starts from (evaluated first, at step 0)
     final = next((timed / "stages").glob("*-final"))
     assert json.loads((final / "config.json").read_text())["ghostify"]["history"][-1]["arguments"]["evaluate_first"]
@@ -197,6 +223,7 @@ def test_a_time_budget_computes_the_teacher_at_every_step_where_storing_does_not
     report = json.loads((timed / "report.json").read_text())
     assert budget["teacher_store"] is False and report["teacher_store"]["stored"] is False
     assert not (timed / "stages" / TEACHER_STORE).exists()
+    _computed_at_every_step(timed)
     assert "The teacher's outputs were computed at every step, not stored" in (timed / "report.md").read_text()
     record = json.loads((timed / "allocation.json").read_text())
     assert record["teacher_store"]["stored"] is False and record["throughput"]["teacher"] == 0  # no first-visit cost
@@ -222,6 +249,14 @@ def test_a_time_budget_without_a_store_plans_for_the_teacher_at_every_step(world
     assert record["throughput"]["teacher"] == 0 and record["throughput"]["storing"] == 0
     assert "teacher_store" not in record and json.loads((out / "budget.json").read_text())["teacher_store"] is False
     assert not (out / "stages" / TEACHER_STORE).exists()
+    _computed_at_every_step(out)
+
+
+def _computed_at_every_step(out: Path) -> None:
+    """No training stage of the run kept a store of its own either (a stage's default keeps one in its OUT.partial
+    when it trains more than one epoch)."""
+    rows = json.loads((out / "report.json").read_text())["training"]
+    assert rows and all(row["teacher_outputs"] is None for row in rows), rows
 
 
 def test_an_interrupted_staged_run_resumes_to_the_same_bytes(world, tmp_path, capsys, fixed_latency, on_target,

@@ -259,6 +259,58 @@ def test_two_fresh_runs_and_a_run_on_a_full_store_write_the_same_bytes(tmp_path,
     assert max(float((a[k] - d[k]).abs().max()) for k in a) < 1e-3
 
 
+def test_the_teachers_passes_in_bf16_key_their_own_store_and_leave_the_student_in_float32(tmp_path, pair, toy):
+    """--teacher-precision bf16 with a float32 student: the store of its outputs has a key of its own (bf16 rounds
+    more coarsely than the stored float16: a float32 run must not read them), the student's weights differ from an
+    all-float32 run's by the teacher's rounding alone, and a run on that store reads back what the first computed."""
+    from ghostify.steps import distill
+    from ghostify.training.teacher_store import fingerprint
+
+    teacher, student = pair
+    common = dict(dataset=str(toy), **TOY, **TRAIN, teacher_store=str(tmp_path / "store"))
+    distill(teacher, student, tmp_path / "fp32", **common)
+    distill(teacher, student, tmp_path / "bf16", teacher_precision="bf16", **common)
+    assert fingerprint(teacher, "no") == fingerprint(teacher) != fingerprint(teacher, "bf16")
+    assert {p.name for p in (tmp_path / "store").iterdir()} == {fingerprint(teacher), fingerprint(teacher, "bf16")}
+    assert _store_note(tmp_path / "bf16")["computed"] == 96  # not the float32 run's outputs
+    settings = json.loads((tmp_path / "bf16" / "training.json").read_text())["settings"]
+    assert settings["mixed_precision"] == "no" and settings["teacher_precision"] == "bf16"
+    fp32, bf16 = _weights(tmp_path / "fp32"), _weights(tmp_path / "bf16")
+    assert 0 < max(float((fp32[k] - bf16[k]).abs().max()) for k in fp32) < 5e-2
+    distill(teacher, student, tmp_path / "again", teacher_precision="bf16", **common)
+    assert _store_note(tmp_path / "again")["computed"] == 0 and _same(bf16, _weights(tmp_path / "again"))
+
+
+def test_a_teachers_precision_applies_to_its_pass_alone():
+    """The objective's teacher in float32 inside the student's bf16 autocast gives its float32 outputs exactly; in
+    bf16 under a float32 student, autocast's outputs handed on in float32."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from ghostify.training.loop import Objective
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                                     intermediate_size=64, vocab_size=99))
+    objective = Objective()
+    objective.__dict__["_teacher"] = model
+    ids = torch.randint(0, 99, (2, 7))
+
+    def outputs(precision, autocast):
+        objective.teacher_precision = precision
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out = objective.run_teacher(torch.device("cpu"), input_ids=ids, output_hidden_states=True)
+        return [out.logits, *out.hidden_states]
+
+    plain = outputs(None, False)
+    assert all(torch.equal(a, b) for a, b in zip(outputs("no", True), plain))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(input_ids=ids, output_hidden_states=True)
+    reduced = outputs("bf16", False)
+    assert all(t.dtype == torch.float32 for t in reduced)
+    assert all(torch.equal(a, b.float()) for a, b in zip(reduced, [out.logits, *out.hidden_states]))
+    assert not all(torch.equal(a, b) for a, b in zip(reduced, plain))
+
+
 def test_a_finetune_reads_the_logits_its_distill_stored(tmp_path, pair, toy):
     from ghostify.steps import distill, finetune
 
@@ -350,6 +402,8 @@ def test_bad_store_settings_are_one_line(tmp_path, pair, toy):
         distill(teacher, student, tmp_path / "x", dataset=str(toy), **TOY, teacher_store_gb=-1)
     with pytest.raises(GhostifyError, match="inside the input --teacher .*choose another --teacher-store"):
         distill(teacher, student, tmp_path / "x", dataset=str(toy), **TOY, teacher_store=str(teacher / "store"))
+    with pytest.raises(GhostifyError, match="--teacher-precision 'int8': choose one of no, fp16, bf16"):
+        distill(teacher, student, tmp_path / "x", dataset=str(toy), **TOY, teacher_precision="int8")
 
 
 # ---- distill --masked-copies: the training texts with some words masked, labels unread -------------------------

@@ -42,13 +42,13 @@ from ..settings import (BUDGETS, Budget, CompressDefaults, DataSettings, Distill
 from ..steps import latency as measure_latency
 from ..steps.fidelity import SEARCH, UNIFORM, candidate_settings, choose_allocation
 from ..steps.latency_plan import check_reach, plan_structure, predicted_speedup
-from ..steps.throughput import training_throughput
+from ..steps.throughput import fastest_precisions, training_throughput
 from ..steps.training_common import task_kind
 from ..tasks import dataset_for
 from ..training.loop import Deadline
 from . import compress_record
 from .compress_record import ALLOCATION
-from .compress_report import (PLOT, REPORT_JSON, REPORT_MD, described, described_count, markdown,
+from .compress_report import (PLOT, REPORT_JSON, REPORT_MD, described, described_count, markdown, precision_name,
                               training_summary)
 from .compress_report import report as _report
 from .compress_report import write_report as _write_report
@@ -166,6 +166,8 @@ class _Run:
         self.stage_count: dict[str, Any] | None = None  # the stage count chosen for the time budget, not asked for
         #: a time budget's measured choice whether the teacher store pays on this machine (the first stage's probe)
         self.store_choice: dict[str, Any] | None = None
+        #: each stage's precisions where a time budget timed them (:meth:`timed_rates`), by stage number
+        self.precisions: dict[int, dict[str, Any]] = {}
         if settings.plan is not None and not settings.plan.teacher_store:  # the budget.json of a run that did not
             self.compute_teacher_at_every_step()
 
@@ -257,6 +259,8 @@ class _Run:
         report["training"] = training
         report["runtime_asked"] = self.runtime_asked
         report["precision"] = settings.precision
+        if self.precisions:
+            report["precisions_timed"] = [self.precisions.get(k) for k in range(1, self.count + 1)]
         report["trained_on"] = training_device_name() if settings.chosen.trains else None
         report["dropout"] = settings.chosen.dropout
         report["teacher_store"] = self.store_choice
@@ -320,7 +324,7 @@ class _Run:
                                                    labelled_seen(seen, texts, sizes["labelled"]), evaluation=evaluation,
                                                    evaluate_first=self.settings.chosen.evaluate_first)
         self.clock.overrun("the fine-tune", finetune, sizes["labelled"], left, self.say, rates.per_step())
-        finetune = fewest(finetune, sizes["labelled"], rates.per_step())
+        finetune = fewest(finetune, sizes["labelled"], rates.per_step()).in_precisions(record.get("precision"))
         self.clock.planned["finetune"] = cost
         self.say(f"the fine-tune planned again after the last distillation, which took {walls.get(directory, 0):.0f} s "
                  f"of a planned {planned:.0f} s: {finetune.describe(sizes['labelled'], rates.per_step())} (examples), "
@@ -378,6 +382,8 @@ class _Run:
             self.out.mkdir(parents=True, exist_ok=True)  # the stages made it; a caller's own runner may not have
             compress_record.write(self.out, record, name=name)
         record.setdefault("target", settings.targets[k - 1])
+        if record.get("precision") is not None:  # a later stage's teacher runs as this one's did
+            self.precisions[k] = record["precision"]
         counts = record.get("counts")
         step = Step(record["allocated_for"], Structure(record.get("keep_layers"), record.get("hidden_width")),
                     record.get("prune"), None if counts is None else StageCounts(**counts))
@@ -402,15 +408,37 @@ class _Run:
         pruned = stages[stage_name("prune", k)]
         run_recipe(prefix(recipe, stage_name("prune", k)), self.run_dir, on_stage=_on_stage(self.say))
         teacher = stages.get("teacher") or Path(str(settings.teacher))
-        rates = training_throughput(pruned, teacher, settings.data, settings.task_settings,
-                                    weights=DistillWeights(**settings.distill_weights), precision=settings.precision,
-                                    dropout=settings.chosen.dropout, seed=settings.seed)
+        rates, precision = self.timed_rates(k, pruned, teacher)
         if k == 1 and self.store is not None:
             self.follow_store_choice(self.choose_store(rates))
         result = self.clock.plan_stage(k, self.count, rates if self.store is not None else rates.without_store(),
                                        self.sizes(), last=last, finetunes=not settings.embeddings, say=self.say,
                                        refuse=self.count == 1 or self.stage_count is None)
+        if precision is not None:
+            result |= {"precision": precision, **{key: StageCounts(**result[key]).in_precisions(precision).to_json()
+                                                  for key in ("counts", "finetune") if result.get(key) is not None}}
         return result | ({"teacher_store": self.store_choice} if k == 1 and self.store_choice is not None else {})
+
+    def timed_rates(self, k: int, pruned: Path, teacher: Path) -> tuple[Throughput, dict[str, Any] | None]:
+        """Stage ``k``'s throughput, measured now in the run's precision; where ``--mixed-precision auto`` chose
+        bf16, in float32 as well, the teacher's passes and the student's steps then each in the faster
+        (:func:`fastest_precisions`; a later stage's teacher as the first one's: its stored outputs are keyed by
+        it), and that choice (None: not timed)."""
+        settings = self.settings
+        candidates = dict.fromkeys([settings.precision, *(["no"] if settings.mixed_precision == "auto" else [])])
+        by_precision = {p: training_throughput(pruned, teacher, settings.data, settings.task_settings,
+                                               weights=DistillWeights(**settings.distill_weights), precision=p,
+                                               dropout=settings.chosen.dropout, seed=settings.seed)
+                        for p in candidates}
+        if len(by_precision) == 1:
+            return by_precision[settings.precision], None
+        first = self.precisions.get(1)
+        rates, choice = fastest_precisions(by_precision, teacher=None if first is None else first["teacher"])
+        self.say(f"stage {k}: the teacher's passes in {precision_name(choice['teacher'])}, the student's steps in "
+                 f"{precision_name(choice['student'])} (timed here, ms an example: " +
+                 "; ".join(f"{precision_name(p)} {ms['teacher']:.2f} and {ms['student']:.2f}"
+                           for p, ms in choice["ms"].items()) + ")")
+        return rates, choice
 
     def sizes(self) -> dict[str, int]:
         """The texts distillation may read (the training split's and ``--unlabelled``'s, and their masked copies), the

@@ -269,7 +269,10 @@ def training_summary(recipe: Any, run_dir: Path) -> list[dict[str, Any]]:
         arguments = planned.arguments
         rows.append({"stage": planned.stage.name, "command": planned.stage.command.name,
                      "examples": (run.get("train") or {}).get("samples"), "epochs": arguments.get("epochs"),
-                     "max_steps": arguments.get("max_steps"), "steps": run.get("steps"), "precision": (run.get("settings") or {}).get("mixed_precision", "no"),
+                     "max_steps": arguments.get("max_steps"), "steps": run.get("steps"),
+                     "precision": (run.get("settings") or {}).get("mixed_precision", "no"),
+                     # where the teacher's passes ran in another precision than the student's steps
+                     "teacher_precision": (run.get("settings") or {}).get("teacher_precision"),
                      "teacher_outputs": run.get("teacher_outputs"),
                      # a time budget's deadline ended it there, the schedule sized for ``schedule_steps``
                      "stopped_at": run.get("stopped_at"), "schedule_steps": run.get("schedule_steps"),
@@ -323,7 +326,10 @@ def _training_lines(report: dict[str, Any]) -> list[str]:
             epochs = f"{row['epochs']}, the last cut" if row.get("max_steps") else row["epochs"]
             steps = row["steps"] if row.get("stopped_at") is None else \
                 f"{row['steps']:,} of {row['schedule_steps']:,}: stopped at the budget's deadline"
-            lines.append(f"| {row['stage']} | {examples} | {epochs} | {steps} | {row['precision']} | {store} |")
+            precision = precision_name(row["precision"]) + \
+                ("" if row.get("teacher_precision") in (None, row["precision"]) else
+                 f" (the teacher {precision_name(row['teacher_precision'])})")
+            lines.append(f"| {row['stage']} | {examples} | {epochs} | {steps} | {precision} | {store} |")
     choice = report.get("teacher_store")
     if choice:
         lines += ["", ("The teacher's outputs were stored and read back" if choice["stored"] else
@@ -346,6 +352,15 @@ def _training_lines(report: dict[str, Any]) -> list[str]:
         precision = report.get("precision") or "no"
         lines += ["", f"Training ran on {report['trained_on']}, " + ("in float32." if precision == "no" else
                                                                        f"in {precision} mixed precision.")]
+        timed = [(k, choice) for k, choice in enumerate(report.get("precisions_timed") or [], 1) if choice]
+        if timed:
+            lines[-1] = f"Training ran on {report['trained_on']}; the throughput probe timed bf16 against float32 " \
+                        "and each kind of work ran in the faster (ms an example, the teacher's pass and the " \
+                        "student's steps):"
+            lines += [f"- stage {k}: the teacher in {precision_name(choice['teacher'])}, the student in "
+                      f"{precision_name(choice['student'])} ("
+                      + "; ".join(f"{precision_name(p)} {ms['teacher']:.2f} and {ms['student']:.2f}"
+                                  for p, ms in choice["ms"].items()) + ")" for k, choice in timed]
     for row in rows:
         if row.get("kept_start"):
             lines += ["", f"No epoch of {row['stage']} beat the student it started from on the validation split: that "
@@ -355,6 +370,11 @@ def _training_lines(report: dict[str, Any]) -> list[str]:
                       "step without it, and each step is faster)." if report["dropout"] == 0 else
                   f"The student trained with dropout {report['dropout']:g} on its hidden states and attention."]
     return lines
+
+
+def precision_name(precision: str) -> str:
+    """A training precision as a reader names it."""
+    return "float32" if precision == "no" else precision
 
 
 def plot(path: Path, report: dict[str, Any]) -> None:

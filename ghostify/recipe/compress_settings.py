@@ -288,6 +288,12 @@ class CompressSettings:
         return _validated(yaml.safe_dump(raw, sort_keys=False))
 
 
+def _precisions_kept(shared: dict[str, Any], counts: dict[str, Any]) -> dict[str, Any]:
+    """The settings every training stage shares, with the precisions a stage's counts chose (a time budget timed
+    them) in place of the run's."""
+    return shared | {k: counts[k] for k in ("mixed_precision", "teacher_precision") if k in counts}
+
+
 #: the tokens a time budget's scoring counts (importance, mask tuning, comparing the candidate allocations) are sized
 #: for: examples of up to this many tokens count one each, longer ones (QA's 256-token windows) in proportion. Those
 #: counts were sized on sentences; on the SQuAD part at 3x (20m, 2-core AMD EPYC) scoring 1,024 questions' windows
@@ -347,8 +353,8 @@ def compress_recipe(model: str, *, deployment: Deployment, data: dict[str, Any],
         shared |= {"dropout": budget.dropout, "attention_dropout": budget.dropout}
     if store is not None:
         shared["teacher_store"] = store
-        if store_gb != TeacherStoreSettings.teacher_store_gb:  # 0: the teacher runs at every step
-            shared["teacher_store_gb"] = store_gb
+    if store_gb != TeacherStoreSettings.teacher_store_gb:  # 0: the teacher runs at every step (no store of any stage's own)
+        shared["teacher_store_gb"] = store_gb
     graph = target(deployment.runtime).graph is not None  # a runtime of graphs: exported, and the export scored
     # the latency model first: it needs only the model's shape, and a target out of reach is then refused
     # before any training
@@ -386,7 +392,7 @@ def compress_recipe(model: str, *, deployment: Deployment, data: dict[str, Any],
         if last:
             stages.append({"attach-ghost": {"when": ghosts}})
         counts = step.counts.to_json() if step.counts else train
-        distill = {**counts, "learning_rate": budget.distill_learning_rate, **shared,
+        distill = {**counts, "learning_rate": budget.distill_learning_rate, **_precisions_kept(shared, counts),
                    **({"unlabelled": unlabelled} if unlabelled is not None else {}),
                    **({"masked_copies": budget.masked_copies} if budget.masked_copies else {})}
         distill |= dict(distill_weights or {})
@@ -395,7 +401,8 @@ def compress_recipe(model: str, *, deployment: Deployment, data: dict[str, Any],
     if budget.trains and not embeddings:
         counts = finetune.to_json() if finetune else train
         stages.append({"finetune": {"output": "final", "teacher": "${teacher}", "teacher_weight": budget.teacher_weight,
-                                    **counts, "learning_rate": budget.finetune_learning_rate, **shared,
+                                    **counts, "learning_rate": budget.finetune_learning_rate,
+                                    **_precisions_kept(shared, counts),
                                     **({"evaluate_first": True} if budget.evaluate_first else {})}})
     stages.append({"eval": {"output": "final-eval"}})
     if embeddings:  # the sentence-transformers layout, which `--format hf` keeps

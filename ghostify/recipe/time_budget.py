@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..errors import GhostifyError
+from ..settings import MIXED_PRECISION
 from ..steps.throughput import Throughput
 
 #: the part of the training time the labelled fine-tune with the teacher gets; distillation gets the rest
@@ -70,6 +71,10 @@ class StageCounts:
     epochs: int
     max_steps: int | None = None
     stop_step: int | None = None
+    #: the precisions the stage trains in and runs its teacher in, where a time budget timed them
+    #: (:func:`~ghostify.steps.throughput.fastest_precisions`; None: the run's ``--mixed-precision``)
+    mixed_precision: str | None = None
+    teacher_precision: str | None = None
 
     def _read(self, available: int) -> int:
         """The examples one epoch reads, of the ``available`` ones."""
@@ -96,9 +101,14 @@ class StageCounts:
                 f"{stopped}")
 
     def to_json(self) -> dict[str, Any]:
-        """The stage's settings (``max_steps`` and ``stop_step`` only where set: a budget.json from before reads the
-        same)."""
-        return {k: v for k, v in asdict(self).items() if k not in ("max_steps", "stop_step") or v is not None}
+        """The stage's settings (those after ``epochs`` only where set: a budget.json from before reads the same)."""
+        return {k: v for k, v in asdict(self).items() if k in ("max_samples", "epochs") or v is not None}
+
+    def in_precisions(self, choice: dict[str, Any] | None) -> StageCounts:
+        """These counts trained in the precisions of ``choice`` (:func:`fastest_precisions`'; None: as they are)."""
+        if choice is None:
+            return self
+        return replace(self, mixed_precision=choice["student"], teacher_precision=choice["teacher"])
 
 
 @dataclass(frozen=True)
@@ -146,7 +156,11 @@ def _counts(data: Any) -> StageCounts:
     for key, value in steps.items():
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{key} {value!r}")
-    return StageCounts(samples, epochs, **steps)
+    precisions = {key: data.get(key) for key in ("mixed_precision", "teacher_precision")}
+    for key, value in precisions.items():
+        if value is not None and value not in MIXED_PRECISION:
+            raise ValueError(f"{key} {value!r}")
+    return StageCounts(samples, epochs, **steps, **precisions)
 
 
 def plan_training(seconds: float, *, texts: int, labelled: int, throughput: Throughput, stages: int,
@@ -214,7 +228,7 @@ def fewest(counts: StageCounts, available: int, per_step: float = 32) -> StageCo
     fewer: what a stage trains once the budget is spent but the run must still finish (a later stage)."""
     least = _least(available, per_step)
     return counts if counts.examples(available, per_step) >= least else \
-        StageCounts(least if least < available else None, 1)
+        replace(counts, max_samples=least if least < available else None, epochs=1, max_steps=None, stop_step=None)
 
 
 def check_counts(stage: str, counts: StageCounts, available: int, seconds: float, per_step: float = 32) -> None:

@@ -117,7 +117,7 @@ def distill(
                                  kind=task.kind, keep_outputs=keep_outputs) if not references else \
         ReferenceDistillObjective(student_model, teacher_model, weights=losses, layer_map=mapping,
                                   kind=task.kind, references=reference_module, keep_outputs=keep_outputs)
-    train_rows, collate = keep_teacher_outputs(objective, train_rows, task.collate, teacher, store, training.epochs)
+    train_rows, collate = keep_teacher_outputs(objective, train_rows, task.collate, teacher, store, training)
     # the history's flat keys, as the CLI flags name them
     arguments: dict[str, Any] = {
         "teacher": str(teacher), "student": str(student), "task": task.preset.name, "dataset": task.identity["dataset"],

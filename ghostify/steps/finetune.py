@@ -75,7 +75,7 @@ def finetune(
                                   temperature=losses.temperature)
     rows, collate = task.train_rows, task.collate
     if teacher is not None:
-        rows, collate = keep_teacher_outputs(objective, rows, collate, teacher, store, training.epochs)
+        rows, collate = keep_teacher_outputs(objective, rows, collate, teacher, store, training)
     # the history's flat keys, as the CLI flags name them
     arguments: dict[str, Any] = {
         "model": str(model), "task": task.preset.name, "dataset": task.identity["dataset"], "teacher": teacher,

@@ -21,7 +21,7 @@ from ..files import check_disjoint
 from ..flatten import flat_settings
 from ..methods.ghost import freeze_except_ghosts
 from ..record import history_entry
-from ..settings import DataSettings, TaskSettings, TeacherStoreSettings, check_train_mode
+from ..settings import DataSettings, TaskSettings, TeacherStoreSettings, TrainSettings, check_train_mode
 from ..tasks import TaskKind, dataset_for, kind_for
 from ..training.loop import Evaluation, Objective, process_count
 from ..training.teacher_store import TeacherStore, keyed_collator, with_keys
@@ -166,13 +166,14 @@ def check_store(store: TeacherStoreSettings, output: str | os.PathLike, inputs: 
 
 
 def keep_teacher_outputs(objective: Objective, rows: Any, collate: Any, teacher: str | os.PathLike,
-                         store: TeacherStoreSettings, epochs: int) -> tuple[Any, Any]:
+                         store: TeacherStoreSettings, training: TrainSettings) -> tuple[Any, Any]:
     """Give ``objective`` a teacher store where the settings want one (:meth:`TeacherStoreSettings.wanted`) and
     the objective can use it: the rows then carry their keys through ``collate``. Returns the rows and collator
     training reads."""
-    if not store.wanted(epochs) or not getattr(objective, "storable", True):
+    if not store.wanted(training.epochs) or not getattr(objective, "storable", True):
         return rows, collate
-    objective.store = TeacherStore(store.teacher_store, teacher, cap_bytes=int(store.teacher_store_gb * 2**30))
+    objective.store = TeacherStore(store.teacher_store, teacher, cap_bytes=int(store.teacher_store_gb * 2**30),
+                                   precision=training.teacher_pass_precision)
     return with_keys(rows), keyed_collator(collate)
 
 

@@ -145,6 +145,9 @@ class Objective(nn.Module):
     #: where the teacher's outputs are kept once computed (None: the teacher runs at every step); the loop
     #: opens it, or drops it where several processes train (each would see other rows)
     store: TeacherStore | None = None
+    #: the teacher's passes' precision where it is not the training's (``TrainSettings.teacher_precision``; None:
+    #: the training's, autocast or not); the loop sets it
+    teacher_precision: str | None = None
 
     @property
     def teacher(self) -> nn.Module | None:
@@ -157,13 +160,35 @@ class Objective(nn.Module):
         if not self.teacher_placed and next(teacher.parameters()).device != device:
             teacher.to(device)
         teacher.eval()
-        with torch.no_grad():
-            return teacher(**inputs)
+        if self.teacher_precision is None:
+            with torch.no_grad():
+                return teacher(**inputs)
+        with torch.no_grad(), torch.autocast(device.type, dtype=_AUTOCAST.get(self.teacher_precision),
+                                             enabled=self.teacher_precision in _AUTOCAST):
+            output = teacher(**inputs)
+        # float32 for the losses, whatever the student trains in: autocast leaves a product's outputs in bf16
+        return _floats_as_float32(output)
 
     def extra_state_to_save(self, state: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """Trained tensors saved apart from the student (e.g. distillation projections): the objective's
         own, or taken from ``state``, its full state gathered from a sharded run."""
         return {}
+
+
+#: the autocast dtype of each reduced precision
+_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _floats_as_float32(output: Any) -> Any:
+    """``output`` (a model's outputs: a mapping, tuple or tensor) with every floating tensor in float32."""
+    if isinstance(output, torch.Tensor):
+        return output.float() if output.is_floating_point() else output
+    if isinstance(output, tuple):
+        return type(output)(_floats_as_float32(v) for v in output)
+    if isinstance(output, dict):  # a ModelOutput too: its fields are set in place
+        for key, value in output.items():
+            output[key] = _floats_as_float32(value)
+    return output
 
 
 def process_count() -> int:
@@ -251,6 +276,7 @@ def train(
     from transformers import get_linear_schedule_with_warmup
 
     settings.validate()
+    objective.teacher_precision = settings.teacher_precision
     output = Path(output)
     work = partial_dir(output)
     trackers = list(settings.report_to or ())

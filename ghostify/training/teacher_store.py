@@ -91,10 +91,13 @@ def keyed_collator(collate: Callable[[list[dict]], Any]) -> Callable[[list[dict]
     return run
 
 
-def fingerprint(teacher: str | os.PathLike) -> str:
+def fingerprint(teacher: str | os.PathLike, precision: str = "no") -> str:
     """What identifies a teacher's outputs: the content of its config and weight files (a hub id: its name),
-    and the torch version that computes them."""
+    the torch version that computes them, and the precision of its passes (``TrainSettings.teacher_precision``:
+    bf16's rounding is coarser than the stored float16's; float32's key is the one stores had before)."""
     digest = hashlib.sha256(f"format {FORMAT} torch {torch.__version__}".encode())
+    if precision != "no":
+        digest.update(f"precision {precision}".encode())
     path = Path(teacher)
     if path.is_dir():
         for file in sorted(path.iterdir()):
@@ -130,9 +133,11 @@ class TeacherStore:
     own, inside ``OUT.partial``), at most ``cap_bytes`` of them. Opened by :meth:`open` (the training loop does,
     once it knows one process runs); :meth:`fetch` is what objectives call."""
 
-    def __init__(self, directory: str | os.PathLike | None, teacher: str | os.PathLike, cap_bytes: int) -> None:
+    def __init__(self, directory: str | os.PathLike | None, teacher: str | os.PathLike, cap_bytes: int,
+                 precision: str = "no") -> None:
         self.root = Path(directory) if directory is not None else None
         self.teacher = str(teacher)
+        self.precision = precision  # of the teacher's passes: part of the key
         self.cap_bytes = int(cap_bytes)
         self.directory: Path | None = None
         self.columns: dict[str, _Column] = {}
@@ -149,7 +154,7 @@ class TeacherStore:
         named); one run at a time writes a store, a second waits."""
         if self.root is None:
             self.root = run_directory
-        directory = self.root / fingerprint(self.teacher)
+        directory = self.root / fingerprint(self.teacher, self.precision)
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
