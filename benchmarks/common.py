@@ -200,6 +200,12 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
+def in_turns(arms: Sequence[str], rounds: int) -> list[str]:
+    """The arms of ``rounds`` rounds, each round starting one arm later: no arm always runs first (after another's
+    cache or heat)."""
+    return [arm for round_ in range(rounds) for arm in [*arms[round_ % len(arms):], *arms[:round_ % len(arms)]]]
+
+
 def append_row(path: Path, row: dict[str, Any]) -> None:
     """Add one row to a study's results file (appending: a resumed study keeps what it measured)."""
     with open(path, "a") as f:

@@ -135,8 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     rows_file = args.work / "rows.jsonl"  # every finished run; --report-only writes the report from them again
     rows = [json.loads(line) for line in rows_file.read_text().splitlines()] if rows_file.exists() else []
     done = len(rows)
-    turns = [arm for round_ in range(args.rounds)
-             for arm in args.arms[round_ % len(args.arms):] + args.arms[:round_ % len(args.arms)]]
+    turns = common.in_turns(args.arms, args.rounds)
     machine = common.machine_line(common.machine_info(), load=False)  # the runs' loads are each row's own
     for k, arm in enumerate(turns if not args.report_only else []):
         if k < done:  # measured by an earlier, cut-off invocation
