@@ -45,12 +45,13 @@ def command_of(arm: str, args: argparse.Namespace, out: Path) -> list[str]:
     """The ``ghostify`` command line of ``arm``."""
     command, precisions = arm.split(":")
     student, _, teacher = precisions.partition("/")
-    line = [sys.executable, "-m", "ghostify", command, str(args.student), "-o", str(out), "--task", args.task,
+    model = ["--student", str(args.student), "--teacher", str(args.teacher)] if command == "distill" else \
+        [str(args.student)]
+    line = [sys.executable, "-m", "ghostify", command, *model, "-o", str(out), "--task", args.task,
             "--dataset", str(args.dataset), "--max-samples", str(args.samples), "--epochs", "1",
             "--mixed-precision", student, "--dropout", "0", "--attention-dropout", "0",
             "--max-length", str(args.max_length), "--seed", "0"]
     if command == "distill":
-        line[5:5] = ["--teacher", str(args.teacher)]
         line += ["--teacher-precision", teacher, "--learning-rate", "2e-4"]
     else:
         line += ["--learning-rate", "1e-4"]

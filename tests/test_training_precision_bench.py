@@ -18,10 +18,11 @@ def test_an_arm_names_its_command_and_its_two_precisions(tmp_path):
     script = benchmark_module("training_precision")
     args = argparse.Namespace(student="S", teacher="T", dataset="D", task="sst2", samples=64, max_length=32)
     distill = script.command_of("distill:no/bf16", args, tmp_path / "out")
-    assert distill[3:8] == ["distill", "S", "--teacher", "T", "-o"]
+    assert distill[3:9] == ["distill", "--student", "S", "--teacher", "T", "-o"]
     assert distill[distill.index("--mixed-precision") + 1] == "no"
     assert distill[distill.index("--teacher-precision") + 1] == "bf16"
     finetune = script.command_of("finetune:bf16", args, tmp_path / "out")
+    assert finetune[3:6] == ["finetune", "S", "-o"]
     assert "--teacher" not in finetune and "--teacher-precision" not in finetune
     assert finetune[finetune.index("--mixed-precision") + 1] == "bf16"
 
