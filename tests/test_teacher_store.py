@@ -406,6 +406,16 @@ def test_bad_store_settings_are_one_line(tmp_path, pair, toy):
         distill(teacher, student, tmp_path / "x", dataset=str(toy), **TOY, teacher_precision="int8")
 
 
+def test_a_teachers_precision_without_a_teacher_is_one_line(tmp_path, pair, toy):
+    from ghostify.steps import finetune
+
+    _, student = pair
+    with pytest.raises(GhostifyError, match="--teacher-precision bf16 sets the precision of a teacher's passes, but "
+                                            "this fine-tune has no --teacher"):
+        finetune(student, tmp_path / "x", dataset=str(toy), **TOY, teacher_precision="bf16")
+    assert not (tmp_path / "x").exists()
+
+
 # ---- distill --masked-copies: the training texts with some words masked, labels unread -------------------------
 def test_distill_reads_the_texts_and_their_masked_copies(tmp_path, pair, toy):
     from ghostify.steps import distill

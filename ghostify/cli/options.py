@@ -51,7 +51,10 @@ WarmupRatio = Annotated[float, typer.Option("--warmup-ratio", help="Fraction of 
 MaxGradNorm = Annotated[float, typer.Option("--max-grad-norm", help="Gradient clipping norm (0: off).")]
 GradientAccumulation = Annotated[int, typer.Option("--gradient-accumulation-steps", min=1, help="Micro-batches per optimizer step.")]
 MixedPrecision = Annotated[str, typer.Option("--mixed-precision", help="no, fp16 or bf16.")]
-TeacherPrecision = Annotated[str | None, typer.Option("--teacher-precision", help="The teacher's passes: no, fp16 or bf16 (default: --mixed-precision's). A large teacher may run faster in bf16 while a small student trains faster in float32.", show_default=False)]
+TeacherPrecision = Annotated[str | None, typer.Option(
+    "--teacher-precision", show_default=False,
+    help="The teacher's passes: no, fp16 or bf16 (default: --mixed-precision's). A large teacher may gain from bf16 "
+         "where a small student does not.")]
 CheckpointSteps = Annotated[int, typer.Option("--checkpoint-steps", min=1, help="Save the training state every N optimizer steps (for --resume).")]
 Resume = Annotated[bool, typer.Option("--resume", help="Continue an interrupted run from OUT.partial/.")]
 Train = Annotated[str, typer.Option("--train", help="all, or ghost-only (train only the ghost modules).")]
@@ -77,7 +80,8 @@ SETTING_OPTIONS: dict[str, Any] = {
     "learning_rate": LearningRate,
     "ghost_learning_rate": GhostLearningRate, "weight_decay": WeightDecay,
     "warmup_ratio": WarmupRatio, "max_grad_norm": MaxGradNorm, "gradient_accumulation_steps": GradientAccumulation,
-    "mixed_precision": MixedPrecision, "teacher_precision": TeacherPrecision, "seed": Seed, "checkpoint_steps": CheckpointSteps,
+    "mixed_precision": MixedPrecision, "teacher_precision": TeacherPrecision, "seed": Seed,
+    "checkpoint_steps": CheckpointSteps,
     "evaluate_first": Annotated[bool, typer.Option("--evaluate-first", help="Evaluate the model before training too: the output is the best of it and every epoch (a fine-tune after distillation never writes a worse student than it started from).")],
     "report_to": Annotated[str | None, typer.Option("--report-to", help="Also log losses, learning rates and evaluations to these experiment trackers (comma-separated: tensorboard, wandb, mlflow; Accelerate's), under OUT/runs/.", show_default=False)],
     # TeacherStoreSettings

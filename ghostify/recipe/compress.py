@@ -421,9 +421,9 @@ class _Run:
 
     def timed_rates(self, k: int, pruned: Path, teacher: Path) -> tuple[Throughput, dict[str, Any] | None]:
         """Stage ``k``'s throughput, measured now in the run's precision; where ``--mixed-precision auto`` chose
-        bf16, in float32 as well, the teacher's passes and the student's steps then each in the faster
-        (:func:`fastest_precisions`; a later stage's teacher as the first one's: its stored outputs are keyed by
-        it), and that choice (None: not timed)."""
+        bf16, in float32 as well, the teacher's passes and the student's steps then each in the precision
+        :func:`fastest_precisions` picks (a later stage's teacher in the first one's: its stored outputs are keyed
+        by it); and that choice (None: not timed)."""
         settings = self.settings
         candidates = dict.fromkeys([settings.precision, *(["no"] if settings.mixed_precision == "auto" else [])])
         by_precision = {p: training_throughput(pruned, teacher, settings.data, settings.task_settings,

@@ -20,6 +20,7 @@ from ..runtimes import AUTO, target
 from ..settings import Budget
 from ..steps.fidelity import UNIFORM, candidate_allocations
 from ..steps.info import report_size
+from ..steps.throughput import REDUCED_PRECISION_SHARE
 from .compress_settings import CompressSettings, final_model, shipped_model
 from .plan import plan
 
@@ -355,8 +356,8 @@ def _training_lines(report: dict[str, Any]) -> list[str]:
         timed = [(k, choice) for k, choice in enumerate(report.get("precisions_timed") or [], 1) if choice]
         if timed:
             lines[-1] = f"Training ran on {report['trained_on']}; the throughput probe timed bf16 against float32 " \
-                        "and each kind of work ran in the faster (ms an example, the teacher's pass and the " \
-                        "student's steps):"
+                        f"and each kind of work ran in bf16 only where it took at most {REDUCED_PRECISION_SHARE:.0%} " \
+                        "of float32's time (ms an example, the teacher's pass and the student's steps):"
             lines += [f"- stage {k}: the teacher in {precision_name(choice['teacher'])}, the student in "
                       f"{precision_name(choice['student'])} ("
                       + "; ".join(f"{precision_name(p)} {ms['teacher']:.2f} and {ms['student']:.2f}"

@@ -353,8 +353,8 @@ def compress_recipe(model: str, *, deployment: Deployment, data: dict[str, Any],
         shared |= {"dropout": budget.dropout, "attention_dropout": budget.dropout}
     if store is not None:
         shared["teacher_store"] = store
-    if store_gb != TeacherStoreSettings.teacher_store_gb:  # 0: the teacher runs at every step (no store of any stage's own)
-        shared["teacher_store_gb"] = store_gb
+    if store_gb != TeacherStoreSettings.teacher_store_gb:  # 0: the teacher runs at every step, no stage keeping
+        shared["teacher_store_gb"] = store_gb  # a store of its own either
     graph = target(deployment.runtime).graph is not None  # a runtime of graphs: exported, and the export scored
     # the latency model first: it needs only the model's shape, and a target out of reach is then refused
     # before any training

@@ -56,6 +56,9 @@ def finetune(
     kind = task_kind(data, task_settings)
     if kind.can_finetune():
         raise GhostifyError(kind.can_finetune())
+    if teacher is None and training.teacher_precision is not None:
+        raise GhostifyError(f"--teacher-precision {training.teacher_precision} sets the precision of a teacher's "
+                            "passes, but this fine-tune has no --teacher: give one, or leave --teacher-precision out")
     inputs = (model, ("--teacher", teacher), ("--dataset", data.dataset))
     check_output_dir(output, overwrite=overwrite or resume, inputs=inputs)
     check_disjoint([partial_dir(Path(output))], inputs)  # where the run's state lives meanwhile

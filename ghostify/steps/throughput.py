@@ -231,4 +231,4 @@ def _autocast(precision: str, device: torch.device) -> Iterator[None]:
         yield
 
 
-__all__ = ["PROBE_EXAMPLES", "Throughput", "fastest_precisions", "training_throughput"]
+__all__ = ["PROBE_EXAMPLES", "REDUCED_PRECISION_SHARE", "Throughput", "fastest_precisions", "training_throughput"]
