@@ -7,6 +7,8 @@ directory on ``sys.path``), so ``python benchmarks/<name>.py`` works from any wo
 
 from __future__ import annotations
 
+import argparse
+
 import datetime as _dt
 import json
 import os
@@ -204,6 +206,61 @@ def in_turns(arms: Sequence[str], rounds: int) -> list[str]:
     """The arms of ``rounds`` rounds, each round starting one arm later: no arm always runs first (after another's
     cache or heat)."""
     return [arm for round_ in range(rounds) for arm in [*arms[round_ % len(arms):], *arms[:round_ % len(arms)]]]
+
+
+def arms_parser(description: str, *, arms: str, samples: int, results: Path) -> argparse.ArgumentParser:
+    """The options of a study whose arms run one command each, in turns, in fresh processes (:func:`arms_in_turns`):
+    its work directory, the student, the data, the arms and rounds, and where its report goes."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--student", type=Path, required=True)
+    parser.add_argument("--dataset", type=Path, required=True)
+    parser.add_argument("--task", default="sst2")
+    parser.add_argument("--samples", type=int, default=samples)
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--arms", default=arms)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--output", type=Path, default=results)
+    parser.add_argument("--report-only", action="store_true", help="write the report from WORK/rows.jsonl")
+    return parser
+
+
+def turns_header(title: str, rows: list[dict[str, Any]]) -> list[str]:
+    """The first lines of an :func:`arms_in_turns` study's report: its title, the commands, machines and commits of
+    its rows, and how they ran."""
+    return [f"# {title}", "", "Command: " + ", ".join(f"`{c}`" for c in sorted({r["command"] for r in rows})), "",
+            f"Machine: {'; '.join(sorted({r['machine'] for r in rows}))}; torch's default threads (one per logical "
+            "CPU), one run at a time, the arms taking turns; 1-minute load average before → after each run in the "
+            f"last column. Commit: {', '.join(sorted({r['commit'] for r in rows}))}.", ""]
+
+
+def arms_in_turns(args: argparse.Namespace, argv: list[str] | None, measure: Callable[[str], dict[str, Any]],
+                  report: Callable[[list[dict[str, Any]]], str]) -> str:
+    """Run ``args.arms`` for ``args.rounds`` rounds in turns, ``measure(arm)`` a row each, every row a line of
+    ``WORK/rows.jsonl`` (a cut-off invocation goes on where it stopped; ``--report-only`` runs nothing) with the
+    round, the machine, the commit and the command; the report is written after every row and returned."""
+    import shlex
+    import subprocess
+    import sys
+
+    command = "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(sys.argv[1:] if argv is None else argv)])
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
+                            capture_output=True, text=True).stdout.strip() or "unknown"
+    machine = machine_line(machine_info(), load=False)  # the runs' loads are each row's own
+    rows_file = args.work / "rows.jsonl"
+    rows = read_rows(rows_file)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    for k, arm in enumerate(in_turns(args.arms, args.rounds) if not args.report_only else []):
+        if k < len(rows):  # measured by an earlier, cut-off invocation
+            continue
+        row = measure(arm) | {"round": k // len(args.arms), "machine": machine, "commit": commit, "command": command}
+        stderr_log(json.dumps(row))
+        rows.append(row)
+        append_row(rows_file, row)
+        args.output.write_text(report(rows))  # after every run: a cut-off run keeps its rows
+    text = report(rows)
+    args.output.write_text(text)
+    return text
 
 
 def append_row(path: Path, row: dict[str, Any]) -> None:

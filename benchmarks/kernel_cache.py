@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -80,13 +79,7 @@ def run_once(arm: str, args: argparse.Namespace, store: Path | None) -> dict:
 
 
 def report(rows: list[dict], args: argparse.Namespace) -> str:
-    machines = sorted({r.get("machine", "") for r in rows})
-    commits = sorted({r.get("commit", "") for r in rows})
-    lines = ["# oneDNN's primitive cache and a student's bfloat16 fine-tune", "",
-             "Command: " + ", ".join(f"`{c}`" for c in sorted({r.get("command", args.command_line) for r in rows})), "",
-             f"Machine: {'; '.join(machines)}; torch's default threads (one per logical CPU), one run at a time, "
-             f"the arms taking turns; 1-minute load average before → after each run in the last column. Commit: "
-             f"{', '.join(commits)}.", "",
+    lines = [*common.turns_header("oneDNN's primitive cache and a student's bfloat16 fine-tune", rows),
              f"Workload: `ghostify finetune` of `{args.student}` on {args.samples:,} {args.task} examples, one epoch "
              "(batch 32, padded to the longest text of each batch), teacher logits read back. Loop = the training "
              "loop's own clock; primitives made and the seconds making them from `ONEDNN_VERBOSE=profile_create`.",
@@ -108,23 +101,11 @@ def report(rows: list[dict], args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--work", type=Path, required=True)
-    parser.add_argument("--student", type=Path, required=True)
+    parser = common.arms_parser(__doc__.split("\n\n")[0], arms="bf16:1024,bf16:8192,no:8192", samples=9600,
+                                results=RESULTS)
     parser.add_argument("--teacher", type=Path)
     parser.add_argument("--teacher-store", type=Path, help="copied once into --work, then read by every run")
-    parser.add_argument("--dataset", type=Path, required=True)
-    parser.add_argument("--task", default="sst2")
-    parser.add_argument("--samples", type=int, default=9600)
-    parser.add_argument("--max-length", type=int, default=128)
-    parser.add_argument("--arms", default="bf16:1024,bf16:8192,no:8192")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--output", type=Path, default=RESULTS)
-    parser.add_argument("--report-only", action="store_true", help="write the report from WORK/rows.jsonl")
     args = parser.parse_args(argv)
-    args.command_line = "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(sys.argv[1:] if argv is None
-                                                                                     else argv)])
     args.arms = args.arms.split(",")
     args.work.mkdir(parents=True, exist_ok=True)
     store = None
@@ -132,30 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         store = args.work / "teacher-store"
         if not store.exists():
             shutil.copytree(args.teacher_store, store)
-    rows_file = args.work / "rows.jsonl"  # every finished run; --report-only writes the report from them again
-    rows = [json.loads(line) for line in rows_file.read_text().splitlines()] if rows_file.exists() else []
-    done = len(rows)
-    turns = common.in_turns(args.arms, args.rounds)
-    machine = common.machine_line(common.machine_info(), load=False)  # the runs' loads are each row's own
-    for k, arm in enumerate(turns if not args.report_only else []):
-        if k < done:  # measured by an earlier, cut-off invocation
-            continue
-        row = run_once(arm, args, store) | {"round": k // len(args.arms), "machine": machine,
-                                             "commit": _commit(), "command": args.command_line}
-        print(json.dumps(row), file=sys.stderr, flush=True)
-        rows.append(row)
-        with rows_file.open("a") as f:
-            f.write(json.dumps(row) + "\n")
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(report(rows, args))  # after every run: a cut-off run keeps its rows
-    text = report(rows, args)
-    args.output.write_text(text)
-    print(text)
-
-
-def _commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
+    print(common.arms_in_turns(args, argv, lambda arm: run_once(arm, args, store), lambda rows: report(rows, args)))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -78,11 +77,7 @@ def run_once(arm: str, args: argparse.Namespace) -> dict:
 
 
 def report(rows: list[dict], args: argparse.Namespace) -> str:
-    lines = ["# The teacher's passes and the student's steps: bf16 or float32 on the CPU", "",
-             "Command: " + ", ".join(f"`{c}`" for c in sorted({r["command"] for r in rows})), "",
-             f"Machine: {'; '.join(sorted({r['machine'] for r in rows}))}; torch's default threads (one per logical "
-             f"CPU), one run at a time, the arms taking turns; 1-minute load average before → after each run in the "
-             f"last column. Commit: {', '.join(sorted({r['commit'] for r in rows}))}.", "",
+    lines = [*common.turns_header("The teacher's passes and the student's steps: bf16 or float32 on the CPU", rows),
              f"Workload: `{args.student}` on {args.samples:,} {args.task} training examples, one epoch (batch 32, "
              "padded to the longest text of each batch); a distillation runs the teacher at every step. Loop = the "
              "training loop's own clock.", "",
@@ -101,42 +96,12 @@ def report(rows: list[dict], args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--work", type=Path, required=True)
-    parser.add_argument("--student", type=Path, required=True)
+    parser = common.arms_parser(__doc__.split("\n\n")[0], arms=ARMS, samples=6400, results=RESULTS)
     parser.add_argument("--teacher", type=Path, required=True)
-    parser.add_argument("--dataset", type=Path, required=True)
-    parser.add_argument("--task", default="sst2")
-    parser.add_argument("--samples", type=int, default=6400)
-    parser.add_argument("--max-length", type=int, default=128)
-    parser.add_argument("--arms", default=ARMS)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--output", type=Path, default=RESULTS)
-    parser.add_argument("--report-only", action="store_true", help="write the report from WORK/rows.jsonl")
     args = parser.parse_args(argv)
-    command = "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(sys.argv[1:] if argv is None else argv)])
     args.arms = args.arms.split(",")
     args.work.mkdir(parents=True, exist_ok=True)
-    rows_file = args.work / "rows.jsonl"
-    rows = common.read_rows(rows_file)
-    turns = common.in_turns(args.arms, args.rounds)
-    machine = common.machine_line(common.machine_info(), load=False)  # the runs' loads are each row's own
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True).stdout.strip() or "unknown"
-    for k, arm in enumerate(turns if not args.report_only else []):
-        if k < len(rows):  # measured by an earlier, cut-off invocation
-            continue
-        row = run_once(arm, args) | {"round": k // len(args.arms), "machine": machine, "commit": commit,
-                                     "command": command}
-        common.stderr_log(json.dumps(row))
-        rows.append(row)
-        common.append_row(rows_file, row)
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(report(rows, args))  # after every run: a cut-off run keeps its rows
-    text = report(rows, args)
-    args.output.write_text(text)
-    print(text)
+    print(common.arms_in_turns(args, argv, lambda arm: run_once(arm, args), lambda rows: report(rows, args)))
 
 
 if __name__ == "__main__":
